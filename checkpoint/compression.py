@@ -1,0 +1,153 @@
+"""Page codecs for recovery data: disabled, skip_garbage, snappy, zstd, lz4.
+
+These run in the checkpoint writer threads on every page of every checkpoint,
+so they must cost a few microseconds per page (reference/machine.md: snappy
+2-3 us, zstd-1 6-7 us per half-empty 4 KiB page). cramjam releases the GIL
+while it compresses, which is what lets the writer pool overlap them.
+
+skip_garbage. Every page starts with the common header; `free_lo u16 @24`
+and `free_hi u16 @26` bound the page's free gap [free_lo, free_hi), which the
+tree never reads. Dropping the gap is the cheapest compression there is, but
+the page carries a CRC over *all* its bytes, gap included, and restore writes
+the gap back as zeros. So the gap is dropped only when it is all zeros
+already (then the rebuilt page is byte-identical, CRC included); a page with
+a non-zero gap, or whose header does not describe a plausible gap (the meta
+page, a foreign page type), is stored whole. Nothing is ever guessed: restore
+rebuilds exactly the bytes that were copied, or the record is not compacted.
+The C core should zero the gap when it frees space so this path always
+applies (counted as `gap_fallbacks` by the writer when it does not).
+
+The general codecs compress the compacted page when the gap can be dropped
+(less input, less work) and fall back to the raw form when the compressed
+form is not smaller, so a record is never bigger than page + header.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+
+from .format import GAP_SKIPPED
+
+__all__ = [
+    "DISABLED", "SKIP_GARBAGE", "SNAPPY", "ZSTD", "LZ4", "CODECS", "CODEC_NAMES",
+    "PageCodec", "compact_page", "expand_page", "PAGE_HEADER_SIZE",
+]
+
+# DO NOT CHANGE THESE VALUES: they are embedded in recovery-file records and
+# in PAGE_SNAPSHOT WAL records.
+DISABLED, SKIP_GARBAGE, SNAPPY, ZSTD, LZ4 = 0, 1, 2, 3, 4
+CODECS = {"disabled": DISABLED, "skip_garbage": SKIP_GARBAGE, "snappy": SNAPPY, "zstd": ZSTD, "lz4": LZ4}
+CODEC_NAMES = {v: k for k, v in CODECS.items()}
+
+PAGE_HEADER_SIZE = 32            # common page header (docs/architecture.md)
+_FREE = struct.Struct("<HH")     # free_lo, free_hi
+_FREE_OFFSET = 24
+
+# Default levels follow Ignite: zstd 3, lz4 0 (the fast block mode).
+_LEVELS = {ZSTD: (3, -131072, 22), LZ4: (0, 0, 17)}
+
+
+def _gap(page, page_size: int):
+    """(lo, hi) of a droppable, all-zero gap of `page`, or None."""
+    lo, hi = _FREE.unpack_from(page, _FREE_OFFSET)
+    if not PAGE_HEADER_SIZE <= lo < hi <= page_size:
+        return None
+    # One memcmp-speed comparison instead of a Python loop over the bytes.
+    if bytes(page[lo:hi]).count(0) != hi - lo:
+        return None
+    return lo, hi
+
+
+def compact_page(page, page_size: int):
+    """The page without its free gap, or None when the gap cannot be dropped."""
+    g = _gap(page, page_size)
+    if g is None:
+        return None
+    lo, hi = g
+    return bytes(page[:lo]) + bytes(page[hi:page_size])
+
+
+def expand_page(data, page_size: int) -> bytes:
+    """Rebuild a page from `compact_page` output; ValueError if inconsistent."""
+    if len(data) < PAGE_HEADER_SIZE:
+        raise ValueError(f"compacted page of {len(data)} bytes is shorter than the page header")
+    lo, hi = _FREE.unpack_from(data, _FREE_OFFSET)
+    if not PAGE_HEADER_SIZE <= lo < hi <= page_size or len(data) != page_size - (hi - lo):
+        raise ValueError(f"compacted page length {len(data)} does not match its gap [{lo}, {hi})")
+    return bytes(data[:lo]) + bytes(hi - lo) + bytes(data[lo:])
+
+
+class PageCodec:
+    """One configured codec: `encode` in the writers, `decode` in recovery.
+
+    `decode` is static in effect: it follows the codec byte of each record,
+    not the configuration, so files written under another setting restore.
+    """
+
+    def __init__(self, name: str = "skip_garbage", level: int | None = None, page_size: int = 4096):
+        if name not in CODECS:
+            raise ValueError(f"unknown compression {name!r}; one of {sorted(CODECS)}")
+        self.name, self.id, self.page_size = name, CODECS[name], page_size
+        if self.id in _LEVELS:
+            default, lowest, highest = _LEVELS[self.id]
+            self.level = default if level is None else int(level)
+            if not lowest <= self.level <= highest:
+                raise ValueError(f"{name} level {self.level} outside [{lowest}, {highest}]")
+        elif level is not None:
+            raise ValueError(f"{name} takes no level")
+        else:
+            self.level = None
+
+    def encode(self, page) -> tuple[int, int, bytes]:
+        """(codec applied, flags, payload) for one page image."""
+        if self.id == DISABLED:
+            return DISABLED, 0, bytes(page)
+        compact = compact_page(page, self.page_size)
+        base, flags = (bytes(page), 0) if compact is None else (compact, GAP_SKIPPED)
+        raw_codec = SKIP_GARBAGE if flags else DISABLED
+        if self.id == SKIP_GARBAGE:
+            return raw_codec, flags, base
+        packed = self._compress(base)
+        if len(packed) >= len(base):
+            return raw_codec, flags, base
+        return self.id, flags, packed
+
+    def _compress(self, data: bytes) -> bytes:
+        if self.id == SNAPPY:
+            return bytes(cramjam.snappy.compress_raw(data))
+        if self.id == ZSTD:
+            return bytes(cramjam.zstd.compress(data, level=self.level))
+        if self.level:
+            return bytes(cramjam.lz4.compress_block(data, mode="high_compression", compression=self.level))
+        return bytes(cramjam.lz4.compress_block(data))
+
+    @staticmethod
+    def decode(codec: int, flags: int, payload, page_size: int) -> bytes:
+        """The page image; ValueError on any inconsistency (caller names the file)."""
+        if flags & ~GAP_SKIPPED:
+            raise ValueError(f"reserved flag bits set: {flags:#x}")
+        if codec in (DISABLED, SKIP_GARBAGE):
+            if (codec == SKIP_GARBAGE) != bool(flags & GAP_SKIPPED):
+                raise ValueError(f"codec {codec} with flags {flags:#x}")
+            data = bytes(payload)
+        else:
+            try:
+                if codec == SNAPPY:
+                    data = bytes(cramjam.snappy.decompress_raw(bytes(payload)))
+                elif codec == ZSTD:
+                    data = bytes(cramjam.zstd.decompress(bytes(payload)))
+                elif codec == LZ4:
+                    data = bytes(cramjam.lz4.decompress_block(bytes(payload)))
+                else:
+                    raise ValueError(f"unknown codec {codec}")
+            except ValueError:
+                raise
+            except Exception as exc:  # cramjam raises its own DecompressionError
+                raise ValueError(f"{CODEC_NAMES[codec]} payload does not decompress: {exc}") from None
+        if flags & GAP_SKIPPED:
+            data = expand_page(data, page_size)
+        if len(data) != page_size:
+            raise ValueError(f"payload decodes to {len(data)} bytes, page size is {page_size}")
+        return data

@@ -1,0 +1,1 @@
+"""diskio package."""

@@ -1,0 +1,177 @@
+"""The abstract interface of docs/diskio-api.md, shared by PosixFS and SimFS.
+
+The project's code is written against these classes only, so every protocol
+(WAL flush, checkpoint, recovery) runs unchanged on the real file system and
+on the crash simulator. Helpers that are pure compositions of the primitive
+operations (`write_atomic`) live here so both implementations perform the
+exact same sequence of operations, which is what the simulator then damages.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from abc import ABC, abstractmethod
+
+from .crashpoints import CrashPointTable
+
+__all__ = ["FileSystem", "File", "Mapping", "Lock"]
+
+
+class File(ABC):
+    """An open file. Offsets are absolute; there is no file position."""
+
+    path: str
+
+    @abstractmethod
+    def pread(self, n: int, offset: int) -> bytes: ...
+
+    @abstractmethod
+    def pread_into(self, buf, offset: int) -> int: ...
+
+    @abstractmethod
+    def pwrite(self, data, offset: int) -> int: ...
+
+    @abstractmethod
+    def fsync(self) -> None: ...
+
+    @abstractmethod
+    def fdatasync(self) -> None: ...
+
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def truncate(self, n: int) -> None: ...
+
+    @abstractmethod
+    def preallocate(self, n: int) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "File":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Mapping(ABC):
+    """A shared writable view of bytes [0, size) of a file."""
+
+    buffer: object
+    size: int
+
+    @abstractmethod
+    def publish(self, start: int, end: int) -> None: ...
+
+    @abstractmethod
+    def sync(self, start: int, end: int) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _check_range(self, start: int, end: int) -> None:
+        if not 0 <= start <= end <= self.size:
+            raise ValueError(f"range [{start},{end}) outside mapping of {self.size} bytes")
+
+    def __enter__(self) -> "Mapping":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Lock(ABC):
+    """An exclusive lock held until `release()` (or `close()`)."""
+
+    path: str
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+    def close(self) -> None:
+        self.release()
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class FileSystem(ABC):
+    """One file-system layer; see docs/diskio-api.md for the contract."""
+
+    def __init__(self) -> None:
+        self._points = CrashPointTable()
+
+    # -- namespace -----------------------------------------------------
+    @abstractmethod
+    def open(self, path: str, *, create: bool = False, truncate: bool = False, direct: bool = False) -> File: ...
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def listdir(self, path: str) -> list[str]: ...
+
+    @abstractmethod
+    def makedirs(self, path: str) -> None: ...
+
+    @abstractmethod
+    def remove(self, path: str) -> None: ...
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None: ...
+
+    @abstractmethod
+    def fsync_dir(self, path: str) -> None: ...
+
+    @abstractmethod
+    def size(self, path: str) -> int: ...
+
+    @abstractmethod
+    def map(self, path: str, size: int) -> Mapping: ...
+
+    @abstractmethod
+    def lock(self, path: str) -> Lock: ...
+
+    # -- crash points --------------------------------------------------
+    def crash_point(self, name: str) -> None:
+        """Pass the named crash point: a no-op unless armed; ValueError if unknown."""
+        self._points.passing(name, self._fire)
+
+    @abstractmethod
+    def _fire(self, name: str, action: object) -> None: ...
+
+    def disarm(self, name: str | None = None) -> None:
+        """Disarm one crash point, or all of them."""
+        self._points.disarm(name)
+
+    @property
+    def crash_point_hits(self) -> dict[str, int]:
+        """How many times each crash point has been passed (armed or not)."""
+        return dict(self._points.hits)
+
+    # -- compositions ---------------------------------------------------
+    def write_atomic(self, path: str, data, *, crash_point: str | None = None) -> None:
+        """Replace `path` with `data` atomically and durably.
+
+        Temp file, write, fsync, close, rename over `path`, fsync the parent
+        directory: after a crash the path holds either the old or the new
+        content, never a mixture. `crash_point`, if given, is passed after the
+        temp file is durable and before the rename (the gap in which a crash
+        leaves only a stray temp file behind).
+        """
+        tmp = path + ".tmp"
+        f = self.open(tmp, create=True, truncate=True)
+        try:
+            f.pwrite(data, 0)
+            f.fsync()
+        finally:
+            f.close()
+        if crash_point is not None:
+            self.crash_point(crash_point)
+        self.rename(tmp, path)
+        self.fsync_dir(posixpath.dirname(path) or ".")

@@ -1,0 +1,119 @@
+"""Options of `pagestore.open`, their documented defaults and their validation.
+
+Every option is a keyword argument of `open`; an unknown name or a bad value
+raises `ConfigError` (a `ValueError`) naming the option before anything on
+disk is touched. `docs/options.md` lists the same table for users.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .errors import ConfigError
+
+MiB = 1 << 20
+
+WAL_MODES = ("fsync", "log_only", "background")
+RECOVERY_DATA = ("checkpoint", "wal")
+COMPRESSIONS = ("disabled", "skip_garbage", "snappy", "zstd", "lz4")
+THROTTLING = ("disabled", "exponential_backoff", "fill_rate", "speed_based", "adaptive")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    page_size: int = 4096                  # bytes per page; power of two, 1 KiB..16 KiB
+    memory_size: int = 256 * MiB           # bytes of page memory (one aligned region)
+    checkpoint_buffer_size: int | None = None  # copy-on-write buffer; default memory_size // 4
+    wal_mode: str = "log_only"             # fsync | log_only | background (Ignite's default)
+    wal_segment_size: int = 64 * MiB       # preallocated, reused in rotation; a record must fit in one
+    wal_flush_interval: float = 0.5        # seconds between background flushes
+    checkpoint_interval: float = 30.0      # seconds between timed checkpoints (IEP-113 ran 30 s)
+    checkpoint_threads: int = 4            # recovery-file / page writers (Ignite's default)
+    checkpoint_dirty_fraction: float = 0.6  # dirty pages / page memory that starts a checkpoint
+    checkpoint_wal_size: int = 512 * MiB   # WAL bytes since the last checkpoint that start one
+    recovery_data: str = "checkpoint"      # checkpoint (IEP-113 recovery files) | wal (legacy)
+    recovery_compression: str = "skip_garbage"  # codec for recovery data / WAL page images
+    recovery_compression_level: int | None = None
+    encryption_key: bytes | str | None = None  # 32 bytes, or a path to a key file
+    throttling: str = "adaptive"           # write-throttling policy
+    wal_archive: str | None = None         # directory for segments trimmed by a checkpoint
+    wal_archive_size: int = 1024 * MiB     # archive bound, oldest removed first
+
+    @property
+    def cow_buffer_size(self) -> int:
+        if self.checkpoint_buffer_size is not None:
+            return self.checkpoint_buffer_size
+        return max(self.memory_size // 4, 64 * self.page_size)
+
+
+def _fail(option: str, message: str):
+    raise ConfigError(f"option {option!r}: {message}", option=option)
+
+
+def make_config(**options) -> Config:
+    """Build a validated Config from keyword options."""
+    names = {f.name for f in dataclasses.fields(Config)}
+    for name in options:
+        if name not in names:
+            _fail(name, f"unknown option (known: {', '.join(sorted(names))})")
+    cfg = Config(**options)
+    _validate(cfg)
+    return cfg
+
+
+def _int(cfg: Config, name: str, lo: int, hi: int | None = None) -> int:
+    value = getattr(cfg, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        _fail(name, f"must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        _fail(name, f"must be in [{lo}, {hi if hi is not None else 'inf'}], got {value}")
+    return value
+
+
+def _number(cfg: Config, name: str, lo: float, hi: float | None = None) -> float:
+    value = getattr(cfg, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        _fail(name, f"must be a number, got {type(value).__name__}")
+    if not (value >= lo) or (hi is not None and value > hi):
+        _fail(name, f"must be in [{lo}, {hi if hi is not None else 'inf'}], got {value}")
+    return float(value)
+
+
+def _choice(cfg: Config, name: str, choices) -> None:
+    value = getattr(cfg, name)
+    if value not in choices:
+        _fail(name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _validate(cfg: Config) -> None:
+    page = _int(cfg, "page_size", 1024, 16384)
+    if page & (page - 1):
+        _fail("page_size", f"must be a power of two, got {page}")
+    _int(cfg, "memory_size", 64 * page)
+    if cfg.checkpoint_buffer_size is not None:
+        _int(cfg, "checkpoint_buffer_size", 8 * page, cfg.memory_size)
+    _choice(cfg, "wal_mode", WAL_MODES)
+    seg = _int(cfg, "wal_segment_size", 1 * MiB)
+    if seg % 4096:
+        _fail("wal_segment_size", "must be a multiple of 4096")
+    _number(cfg, "wal_flush_interval", 0.001, 3600)
+    _number(cfg, "checkpoint_interval", 0.01)
+    _int(cfg, "checkpoint_threads", 1, 64)
+    _number(cfg, "checkpoint_dirty_fraction", 0.05, 0.95)
+    _int(cfg, "checkpoint_wal_size", 1 * MiB)
+    _choice(cfg, "recovery_data", RECOVERY_DATA)
+    _choice(cfg, "recovery_compression", COMPRESSIONS)
+    if cfg.recovery_compression_level is not None:
+        _int(cfg, "recovery_compression_level", -131072, 22)
+    _choice(cfg, "throttling", THROTTLING)
+    key = cfg.encryption_key
+    if key is not None:
+        if isinstance(key, str):
+            if not os.path.isfile(key):
+                _fail("encryption_key", f"key file {key!r} does not exist")
+        elif not isinstance(key, (bytes, bytearray)) or len(key) != 32:
+            _fail("encryption_key", "must be 32 bytes or the path of a key file")
+    if cfg.wal_archive is not None and not isinstance(cfg.wal_archive, str):
+        _fail("wal_archive", "must be a directory path or None")
+    _int(cfg, "wal_archive_size", 1 * MiB)

@@ -1,0 +1,411 @@
+"""The facade: `open`, `Database` — Python orchestrating the C core.
+
+A write is one call into the C core, which changes the pages and appends
+the logical WAL record under its tree lock, then one call into the WAL for
+the mode's durability (nothing for log_only on a mapped segment; a group
+commit for fsync), then one look at the throttling hint the core keeps.
+Everything slow — page misses, segment switches, checkpoints, recovery — is
+off that path.
+
+Opening a store (DESIGN.md §3, recovery table):
+  1. lock the directory (a second process fails at once);
+  2. `recovery.recover`: markers and recovery files decide what to restore;
+  3. open the page file and check it is ours, with our page size;
+  4. the C core reads the meta page; the WAL is replayed from the pointer
+     recovery returned, committed units only, the torn tail cut aside;
+  5. if anything was restored or replayed, a checkpoint completes before the
+     store is handed out, so a crash right after recovery recovers again;
+  6. the checkpointer thread starts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import checkpoint as _checkpoint
+import diskio
+import recovery as _recovery
+import throttling
+import wal as _wal
+
+from . import _native
+from .errors import ClosedError, ConfigError, CorruptionError, StoreLockedError, \
+    TransactionTooLargeError
+from .config import Config, make_config
+from .pagefile import PageFile
+from .transaction import Transaction
+from .throttle import Throttle
+
+_ABSENT = object()
+
+
+def open(path, *, fs=None, **options) -> "Database":  # noqa: A001 - the public name
+    """Open (or create) the store in directory `path`.
+
+    `fs` is the diskio FileSystem to use; tests pass the crash simulator.
+    Every other keyword is an option of `Config` (see docs/options.md).
+    """
+    cfg = make_config(**options)
+    return Database(os.fspath(path), cfg, fs or diskio.PosixFS())
+
+
+class _Snapshot:
+    __slots__ = ("page_ids", "wal_lsn", "lock_seconds")
+
+    def __init__(self, page_ids, wal_lsn, lock_seconds):
+        self.page_ids, self.wal_lsn, self.lock_seconds = page_ids, wal_lsn, lock_seconds
+
+
+class Database:
+    """An open store. Thread-safe: any number of threads may call it at once."""
+
+    def __init__(self, path: str, config: Config, fs):
+        self.path, self.config, self.fs = path, config, fs
+        self._closed = True
+        fs.makedirs(path)
+        try:
+            self._lock = fs.lock(os.path.join(path, "LOCK"))
+        except diskio.LockedError as e:
+            raise StoreLockedError(f"{path} is open in another process") from e
+        try:
+            self._open()
+        except BaseException:
+            self._teardown()
+            raise
+
+    # -- opening ---------------------------------------------------------------
+    def _open(self) -> None:
+        cfg, fs = self.config, self.fs
+        self._cipher = None
+        if cfg.encryption_key is not None:
+            from .cipher import Cipher
+            self._cipher = Cipher.from_option(cfg.encryption_key)
+        self._pages = PageFile(fs, self.path, cfg.page_size, self._cipher)
+        if not self._pages.is_new():
+            self._pages.check_header(_native.file_header_info)
+        t0 = time.perf_counter()
+        try:
+            rec = _recovery.recover(fs, self.path, self, page_size=cfg.page_size,
+                                    cipher=self._cipher)
+        except _checkpoint.RecoveryFileCorrupt as e:
+            raise CorruptionError(str(e), getattr(e, "path", None)) from e
+        self._core = _native.Core(
+            page_size=cfg.page_size, memory_size=cfg.memory_size,
+            checkpoint_buffer_size=cfg.cow_buffer_size,
+            page_reserve=self._cipher.page_reserve if self._cipher else 0,
+            read_page=self._pages.read_page, wal_segment=self._wal_segment,
+            physical_wal=(cfg.recovery_data == "wal"))
+        self._signals = self._core.signals
+        if self._pages.is_new():
+            self._core.format_new()
+        else:
+            self._core.open_existing(self._pages.page_count_on_disk())
+        self._wal = _wal.Wal(fs, os.path.join(self.path, "wal"), mode=cfg.wal_mode,
+                             segment_size=cfg.wal_segment_size,
+                             flush_interval=cfg.wal_flush_interval,
+                             end_lsn=lambda: self._signals.wal_end_lsn,
+                             cipher=self._cipher, archive=cfg.wal_archive,
+                             archive_size=cfg.wal_archive_size)
+        replayed = self._replay(rec.replay_from_lsn)
+        self._core.wal_attach(*self._wal.start())
+        self.recovery = {"action": rec.action, "pages_restored": rec.pages_restored,
+                         "records_replayed": replayed,
+                         "seconds": time.perf_counter() - t0}
+        self._ckpt = _checkpoint.Checkpointer(
+            fs, self.path, self, self._pages, self._wal,
+            threads=cfg.checkpoint_threads, interval=cfg.checkpoint_interval,
+            compression=cfg.recovery_compression,
+            compression_level=cfg.recovery_compression_level,
+            recovery_data=cfg.recovery_data, cipher=self._cipher,
+            first_checkpoint_id=rec.checkpoint_id + 1)
+        self._throttle = Throttle(self, throttling.make_policy(cfg.throttling))
+        self._closed = False
+        self._bind_hot_paths()
+        if rec.pages_restored or replayed or self._pages.is_new():
+            self._ckpt.checkpoint(wait=True, reason="recovery")
+        self.recovery["seconds"] = time.perf_counter() - t0
+        self._ckpt.start()
+
+    def _replay(self, from_lsn: int) -> int:
+        """Apply committed logical records from `from_lsn`; returns how many."""
+        count = 0
+        batch, size = [], 0
+        for unit in _wal.committed_records(self._wal.recover(from_lsn)):
+            for rec in unit:
+                if rec.type in (_wal.PUT, _wal.DELETE):
+                    batch.append(rec.raw)
+                    size += len(rec.raw)
+            if size > (4 << 20):
+                count += self._core.apply_log(b"".join(batch))
+                batch, size = [], 0
+        if batch:
+            count += self._core.apply_log(b"".join(batch))
+        return count
+
+    def _wal_segment(self, seq: int):
+        return self._wal.segment_for(seq)
+
+    def _bind_hot_paths(self) -> None:
+        self._core_put = self._core.put
+        self._core_get = self._core.get
+        self._core_delete = self._core.delete
+        self._wal_commit = self._wal.commit
+
+    # -- argument checks -------------------------------------------------------
+    @staticmethod
+    def _key(key) -> bytes:
+        if type(key) is bytes:
+            return key
+        if isinstance(key, (bytearray, memoryview)):
+            return bytes(key)
+        raise TypeError(f"keys are bytes-like, not {type(key).__name__}")
+
+    @staticmethod
+    def _value(value) -> bytes:
+        if type(value) is bytes:
+            return value
+        if isinstance(value, (bytearray, memoryview)):
+            return bytes(value)
+        raise TypeError(f"values are bytes-like, not {type(value).__name__}")
+
+    def _check_open(self):
+        if self._closed:
+            raise ClosedError(f"store {self.path} is closed")
+
+    # -- single operations -----------------------------------------------------
+    def put(self, key, value) -> None:
+        if self._closed:
+            raise ClosedError(f"store {self.path} is closed")
+        if type(key) is not bytes:
+            key = self._key(key)
+        if type(value) is not bytes:
+            value = self._value(value)
+        try:
+            lsn = self._core_put(key, value)
+        except _native.Retry as r:
+            lsn = self._retry(r, self._core_put, key, value)
+        self._wal_commit(lsn)
+        if self._signals.throttle_hint:
+            self._throttle.check()
+
+    def get(self, key, default=None):
+        if self._closed:
+            raise ClosedError(f"store {self.path} is closed")
+        if type(key) is not bytes:
+            key = self._key(key)
+        v = self._core_get(key)
+        return default if v is None else v
+
+    def delete(self, key) -> bool:
+        self._check_open()
+        key = self._key(key)
+        try:
+            lsn = self._core_delete(key)
+        except _native.Retry as r:
+            lsn = self._retry(r, self._core_delete, key)
+        if lsn < 0:
+            return False
+        self._wal_commit(lsn)
+        if self._signals.throttle_hint:
+            self._throttle.check()
+        return True
+
+    def put_many(self, items) -> None:
+        """Put every (key, value) pair as one atomic batch (a bulk load)."""
+        self._check_open()
+        self._apply_ops((1, k, v) for k, v in items)
+
+    def _apply_ops(self, ops) -> None:
+        packed = _native.pack_ops((op, self._key(k), self._value(v)) for op, k, v in ops)
+        if not packed:
+            return
+        try:
+            lsn = self._core.apply_batch(packed)
+        except _native.Retry as r:
+            try:
+                lsn = self._retry(r, self._core.apply_batch, packed)
+            except _native.Retry as again:
+                raise TransactionTooLargeError(
+                    f"the transaction needs more page memory or checkpoint buffer than "
+                    f"{self.path} has ({again})") from again
+        self._wal_commit(lsn)
+        if self._signals.throttle_hint:
+            self._throttle.check()
+
+    def _retry(self, r, fn, *args):
+        """A write the core rolled back: make room, then try again (bounded)."""
+        for _ in range(1000):
+            self._throttle.make_room(r)
+            try:
+                return fn(*args)
+            except _native.Retry as again:
+                r = again
+        raise r
+
+    # -- dict surface ----------------------------------------------------------
+    def __getitem__(self, key):
+        v = self.get(key, _ABSENT)
+        if v is _ABSENT:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key, value):
+        self.put(key, value)
+
+    def __delitem__(self, key):
+        if not self.delete(key):
+            raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return self.get(key, _ABSENT) is not _ABSENT
+
+    def __len__(self) -> int:
+        self._check_open()
+        return self._core.count()
+
+    # -- scans -------------------------------------------------------------------
+    @staticmethod
+    def _bounds(start, stop, prefix):
+        lo = None if start is None else Database._key(start)
+        hi = None if stop is None else Database._key(stop)
+        if prefix is not None:
+            prefix = Database._key(prefix)
+            plo, phi = prefix, _prefix_end(prefix)
+            lo = plo if lo is None or plo > lo else lo
+            if phi is not None:
+                hi = phi if hi is None or phi < hi else hi
+        return lo, hi
+
+    def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
+        """(key, value) pairs in key order within [start, stop), optionally by prefix."""
+        self._check_open()
+        lo, hi = self._bounds(start, stop, prefix)
+        return self._scan(lo, hi, reverse)
+
+    def _scan(self, lo, hi, reverse):
+        scan_batch = self._core.scan_batch
+        lo_incl, hi_incl = True, False
+        step = 64 << 10
+        while True:
+            if self._closed:
+                raise ClosedError(f"store {self.path} is closed")
+            items = scan_batch(lo, lo_incl, hi, hi_incl, reverse, step)
+            if not items:
+                return
+            yield from items
+            if reverse:
+                hi, hi_incl = items[-1][0], False
+            else:
+                lo, lo_incl = items[-1][0], False
+            step = min(step * 2, 1 << 20)
+
+    def __iter__(self):
+        return (k for k, _ in self.scan())
+
+    def keys(self):
+        return iter(self)
+
+    def items(self):
+        return self.scan()
+
+    # -- transactions, checkpoints, stats --------------------------------------
+    def transaction(self) -> Transaction:
+        self._check_open()
+        return Transaction(self)
+
+    def checkpoint(self) -> dict:
+        """Run a checkpoint now and wait for it; returns its figures."""
+        self._check_open()
+        return self._ckpt.checkpoint(wait=True, reason="user")
+
+    def verify(self) -> dict:
+        """Walk every page: checksums, order, links, free space. Raises CorruptionError."""
+        self._check_open()
+        return self._core.verify()
+
+    def stats(self) -> dict:
+        self._check_open()
+        out = self._core.stats()
+        out.update(self._wal.stats())
+        out.update(self._ckpt.stats())
+        out.update(self._throttle.stats())
+        out["recovery"] = dict(self.recovery)
+        return out
+
+    # -- the checkpointer's page source (docs/architecture.md) ---------------
+    @property
+    def page_size(self) -> int:
+        return self.config.page_size
+
+    def begin(self, checkpoint_id: int) -> _Snapshot:
+        t0 = time.perf_counter()
+        ids, lsn = self._core.ckpt_begin(checkpoint_id, b"")
+        return _Snapshot(ids, lsn, time.perf_counter() - t0)
+
+    def copy_pages(self, page_ids, out) -> None:
+        self._core.ckpt_copy(page_ids, out)
+
+    def release(self, page_ids) -> None:
+        self._core.ckpt_release(page_ids)
+
+    def finish(self) -> None:
+        self._core.ckpt_end()
+
+    def checkpoint_buffer(self):
+        s = self._signals
+        return s.cow_used, s.cow_capacity, s.cow_peak
+
+    # -- closing -----------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._ckpt.close(final_checkpoint=True)
+            self._wal.close()
+        finally:
+            self._teardown()
+
+    def _teardown(self) -> None:
+        for name in ("_ckpt", "_wal", "_core", "_pages"):
+            obj = self.__dict__.pop(name, None)
+            if obj is not None and name != "_ckpt":
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001 - closing after a failure must not mask it
+                    pass
+            elif obj is not None:
+                obj.close(final_checkpoint=False)
+        lock = self.__dict__.pop("_lock", None)
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+
+def _prefix_end(prefix: bytes):
+    """The smallest key greater than every key starting with `prefix` (None: no bound)."""
+    b = bytearray(prefix)
+    while b and b[-1] == 0xFF:
+        b.pop()
+    if not b:
+        return None
+    b[-1] += 1
+    return bytes(b)
+
+
+__all__ = ["open", "Database", "ConfigError"]

@@ -1,0 +1,91 @@
+"""The page file: page `i` at offset `i * page_size`, page 0 the meta page.
+
+All I/O goes through a `diskio` file. The C core reads pages through
+`read_page` (its miss callback) and verifies their checksums; the
+checkpointer and recovery write page images through `write_pages` and make
+them durable with `sync`. When the store is encrypted, the image on disk is
+sealed by `cipher` and opened here, so the C core only ever sees plaintext.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import ConfigError, CorruptionError
+
+NAME = "pages.dat"
+
+
+class PageFile:
+    def __init__(self, fs, dirpath: str, page_size: int, cipher=None):
+        self.fs = fs
+        self.path = os.path.join(dirpath, NAME)
+        self.page_size = page_size
+        self.cipher = cipher
+        self.bytes_written = 0
+        exists = fs.exists(self.path)
+        self.file = fs.open(self.path, create=not exists)
+        if not exists:
+            fs.fsync_dir(dirpath)
+
+    def page_count_on_disk(self) -> int:
+        return self.file.size() // self.page_size
+
+    def is_new(self) -> bool:
+        return self.file.size() == 0
+
+    def check_header(self, header_info) -> None:
+        """Refuse a file that is not ours or has another page size, naming it."""
+        head = self.file.pread(min(self.page_size, 4096), 0)
+        if self.cipher is not None:
+            head = self.cipher.open_header(head, self.path)
+        info = header_info(head)
+        if info is None:
+            raise CorruptionError(f"{self.path}: not a pagestore page file (bad magic)", self.path)
+        if info["page_size"] != self.page_size:
+            raise ConfigError(
+                f"option 'page_size': {self.path} was created with page_size="
+                f"{info['page_size']}, not {self.page_size}", option="page_size")
+        if self.file.size() % self.page_size:
+            raise CorruptionError(
+                f"{self.path}: size {self.file.size()} is not a multiple of the page size", self.path)
+
+    def read_page(self, page_id: int, buf) -> None:
+        """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""
+        ps = self.page_size
+        if self.cipher is None:
+            n = self.file.pread_into(buf, page_id * ps)
+        else:
+            raw = self.file.pread(ps, page_id * ps)
+            n = len(raw)
+            if n == ps:
+                buf[:] = self.cipher.open_page(raw, page_id, self.path)
+        if n != ps:
+            raise CorruptionError(
+                f"{self.path}: page {page_id} is beyond the end of the file ({n} of {ps} bytes)",
+                self.path)
+
+    def write_pages(self, page_ids, images) -> None:
+        """Write sealed page images in place; runs of adjacent ids become one write."""
+        ps = self.page_size
+        mv = memoryview(images)
+        n = len(page_ids)
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and page_ids[j] == page_ids[j - 1] + 1:
+                j += 1
+            if self.cipher is None:
+                data = mv[i * ps:j * ps]
+            else:
+                data = b"".join(self.cipher.seal_page(mv[k * ps:(k + 1) * ps], page_ids[k])
+                                for k in range(i, j))
+            self.file.pwrite(data, page_ids[i] * ps)
+            self.bytes_written += len(data)
+            i = j
+
+    def sync(self) -> None:
+        self.file.fdatasync()
+
+    def close(self) -> None:
+        self.file.close()

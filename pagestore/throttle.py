@@ -1,0 +1,86 @@
+"""Where writers meet the throttling policy and the limits of memory.
+
+The C core raises a hint flag when the checkpoint buffer or the dirty pages
+pass a low threshold; only then does a writer build the policy's signals and
+ask how long to park. Parking happens here, after the operation, outside
+every lock (DESIGN.md §6). When the core had to roll a write back because the
+checkpoint buffer was full (a *stall*) or page memory held nothing evictable,
+`make_room` waits for the checkpointer to free what is missing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import throttling
+
+from . import _native
+
+# The core raises its hint from these fractions on; below them no policy parks.
+HINT_COW_FRACTION = 0.25
+HINT_DIRTY_FRACTION = 0.5
+
+
+class Throttle:
+    def __init__(self, db, policy):
+        self._db = db
+        self.policy = policy
+        self._lock = threading.Lock()
+        self.parks = 0
+        self.park_seconds = 0.0
+        self.park_seconds_max = 0.0
+        self.stalls = 0
+        self.nomem_waits = 0
+        db._core.set_throttle_thresholds(HINT_COW_FRACTION, HINT_DIRTY_FRACTION)
+
+    def signals(self) -> "throttling.Signals":
+        s = self._db._signals
+        p = self._db._ckpt.progress()
+        return throttling.Signals(
+            cow_used=s.cow_used, cow_capacity=s.cow_capacity,
+            dirty_pages=s.dirty_pages, total_pages=s.slots_total,
+            checkpoint_running=p["running"], checkpoint_pages=p["checkpoint_pages"],
+            recovery_pages_written=p["recovery_pages_written"],
+            pages_written=p["pages_written"], pages_dirtied=s.pages_dirtied,
+            in_checkpoint_page=False)
+
+    def check(self) -> None:
+        """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""
+        db = self._db
+        s = db._signals
+        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total:
+            db._ckpt.request("dirty pages")
+        park = self.policy.park_seconds(self.signals(), time.monotonic())
+        if park > 0:
+            time.sleep(park)
+            with self._lock:
+                self.parks += 1
+                self.park_seconds += park
+                if park > self.park_seconds_max:
+                    self.park_seconds_max = park
+
+    def make_room(self, retry) -> None:
+        """Wait until the write the core rolled back can succeed."""
+        db = self._db
+        if retry.code == _native.PS_E_CKPT_FULL:
+            with self._lock:
+                self.stalls += 1
+            # The buffer only holds copies of pages of the running checkpoint;
+            # each page it writes in place frees one. Wait for progress.
+            db._ckpt.wait_progress(timeout=0.05)
+        elif retry.code == _native.PS_E_NOMEM:
+            with self._lock:
+                self.nomem_waits += 1
+            # Page memory is all dirty or in the checkpoint: only a checkpoint
+            # makes pages clean (and so evictable).
+            db._ckpt.request("page memory full")
+            db._ckpt.wait_progress(timeout=0.05, complete=True)
+        else:
+            raise retry
+
+    def stats(self) -> dict:
+        return {"throttle_policy": self.policy.name, "throttle_parks": self.parks,
+                "throttle_park_seconds": self.park_seconds,
+                "throttle_park_seconds_max": self.park_seconds_max,
+                "throttle_stalls": self.stalls, "throttle_nomem_waits": self.nomem_waits}

@@ -1,0 +1,1 @@
+"""recovery package."""
