@@ -29,11 +29,11 @@ import posixpath
 import random
 import threading
 
-from .aligned import ALIGNMENT
-from .base import File, FileSystem, Lock, Mapping
+from .base import FileSystem, Lock
 from .crashpoints import check_crash_point
 from .errors import DiskIOError, LockedError, SimulatedCrash, make_error
-from .simcrash import MODES, OUTCOMES, CrashReport, apply_dirop, apply_op, crash_image, crash_namespace
+from .simcrash import MODES, OUTCOMES, CrashReport, apply_dirop, crash_image, crash_namespace
+from .simfile import SimFile, SimLock, SimMapping, _Inode
 
 __all__ = ["SimFS", "SimFile", "SimMapping", "SimSnapshot"]
 
@@ -46,173 +46,6 @@ def _norm(path: str) -> str:
 
 def _parent(path: str) -> str:
     return posixpath.dirname(path) or ("/" if path.startswith("/") else ".")
-
-
-class _Inode:
-    __slots__ = ("durable", "data", "pending", "mapbuf", "maprefs")
-
-    def __init__(self) -> None:
-        self.durable = bytearray()
-        self.data = bytearray()  # current view, except the mapped overlay
-        self.pending: list[tuple] = []
-        self.mapbuf: bytearray | None = None
-        self.maprefs = 0
-
-    def read(self, offset: int, n: int) -> bytes:
-        out = bytearray(self.data[offset : offset + n])
-        if self.mapbuf is not None and offset < len(self.mapbuf):
-            hi = min(offset + len(out), len(self.mapbuf))
-            out[: hi - offset] = self.mapbuf[offset:hi]
-        return bytes(out)
-
-    def do(self, op: tuple) -> None:
-        apply_op(self.data, op)
-        self.pending.append(op)
-        if op[0] == "write" and self.mapbuf is not None:
-            lo, hi = op[1], min(op[1] + len(op[2]), len(self.mapbuf))
-            if lo < hi:  # a write through the fd is visible in the mapping
-                self.mapbuf[lo:hi] = op[2][: hi - lo]
-
-    def sync(self) -> None:
-        for op in self.pending:
-            apply_op(self.durable, op)
-        self.pending.clear()
-
-    def materialized(self) -> bytearray:
-        img = bytearray(self.data)
-        if self.mapbuf is not None:
-            img[: len(self.mapbuf)] = self.mapbuf
-        return img
-
-
-class SimFile(File):
-    def __init__(self, fs: "SimFS", path: str, inode: _Inode, direct: bool):
-        self.path = path
-        self.direct = direct
-        self._fs = fs
-        self._inode = inode
-        self._epoch = fs._epoch
-        self._closed = False
-
-    def _enter(self, mutating: bool, offset: int = 0, length: int = 0) -> _Inode:
-        fs = self._fs
-        fs._check(mutating)
-        if self._closed or self._epoch != fs._epoch:
-            raise DiskIOError(errno.EBADF, "file closed or opened before a crash", self.path)
-        if self.direct and fs.direct and (offset % ALIGNMENT or length % ALIGNMENT):
-            # Mirror the kernel's O_DIRECT EINVAL so alignment bugs show up
-            # in simulation, not only on the real disk.
-            raise DiskIOError(errno.EINVAL, f"O_DIRECT needs {ALIGNMENT}-aligned offset and length", self.path)
-        if mutating:
-            fs._count_io()
-        return self._inode
-
-    def pread(self, n: int, offset: int) -> bytes:
-        with self._fs._lock:
-            return self._enter(False, offset, n).read(offset, n)
-
-    def pread_into(self, buf, offset: int) -> int:
-        view = memoryview(buf).cast("B")
-        with self._fs._lock:
-            got = self._enter(False, offset, len(view)).read(offset, len(view))
-        view[: len(got)] = got
-        return len(got)
-
-    def pwrite(self, data, offset: int) -> int:
-        payload = bytes(data)
-        with self._fs._lock:
-            self._enter(True, offset, len(payload)).do(("write", offset, payload))
-        return len(payload)
-
-    def fsync(self) -> None:
-        with self._fs._lock:
-            self._enter(True).sync()
-
-    def fdatasync(self) -> None:
-        # Treated as fsync: ext4's fdatasync also persists the size changes
-        # the data needs, which is all the difference could matter for here.
-        self.fsync()
-
-    def size(self) -> int:
-        with self._fs._lock:
-            return len(self._enter(False).data)
-
-    def truncate(self, n: int) -> None:
-        with self._fs._lock:
-            inode = self._enter(True)
-            if inode.mapbuf is not None and n < len(inode.mapbuf):
-                raise DiskIOError(errno.EBUSY, "cannot truncate below a live mapping", self.path)
-            inode.do(("truncate", n, None))
-
-    def preallocate(self, n: int) -> None:
-        with self._fs._lock:
-            self._enter(True).do(("extend", n, None))
-
-    def close(self) -> None:
-        # Closing is not I/O: it never raises, even after SimulatedCrash,
-        # so cleanup in `finally` blocks does not mask the original crash.
-        self._closed = True
-
-
-class SimMapping(Mapping):
-    def __init__(self, fs: "SimFS", path: str, inode: _Inode, size: int):
-        self.path = path
-        self.size = size
-        self.buffer = inode.mapbuf
-        self._fs = fs
-        self._inode = inode
-        self._epoch = fs._epoch
-        self._closed = False
-
-    def _enter(self, start: int, end: int) -> _Inode:
-        self._check_range(start, end)
-        fs = self._fs
-        fs._check(True)
-        if self._closed or self._epoch != fs._epoch:
-            raise DiskIOError(errno.EBADF, "mapping closed or made before a crash", self.path)
-        fs._count_io()
-        return self._inode
-
-    def publish(self, start: int, end: int) -> None:
-        with self._fs._lock:
-            inode = self._enter(start, end)
-            if start < end:
-                # The bytes already sit in the shared buffer; record them as
-                # the write the page cache would eventually flush.
-                op = ("write", start, bytes(inode.mapbuf[start:end]))
-                apply_op(inode.data, op)
-                inode.pending.append(op)
-
-    def sync(self, start: int, end: int) -> None:
-        with self._fs._lock:
-            self._enter(start, end).sync()
-
-    def close(self) -> None:
-        with self._fs._lock:
-            if self._closed:
-                return
-            self._closed = True
-            inode = self._inode
-            if self._epoch != self._fs._epoch or inode.mapbuf is None:
-                return
-            inode.maprefs -= 1
-            if inode.maprefs == 0:
-                # Unpublished stores stay visible (they are in the "page
-                # cache") but are still absent from the pending writes.
-                inode.data = inode.materialized()
-                inode.mapbuf = None
-
-
-class _SimLock(Lock):
-    def __init__(self, fs: "SimFS", path: str):
-        self.path = path
-        self._fs = fs
-        self._epoch = fs._epoch
-
-    def release(self) -> None:
-        with self._fs._lock:
-            if self._epoch == self._fs._epoch and self._fs._locks.get(self.path) is self:
-                del self._fs._locks[self.path]
 
 
 class SimSnapshot:
@@ -238,7 +71,7 @@ class SimFS(FileSystem):
         self._durable: dict[str, _Inode] = {}
         self._dirops: list[tuple[frozenset, tuple]] = []  # (directories touched, op)
         self._dirs: set[str] = set()
-        self._locks: dict[str, _SimLock] = {}
+        self._locks: dict[str, SimLock] = {}
         self._epoch = 0
         self._crashed = False
         self._io_crash_at: int | None = None
@@ -271,7 +104,7 @@ class SimFS(FileSystem):
 
     def crash_point(self, name: str) -> None:
         with self._lock:
-            self._check(False)
+            self._check()
         super().crash_point(name)
 
     def _fire(self, name: str, action: object) -> None:
@@ -279,7 +112,7 @@ class SimFS(FileSystem):
             self._crashed = True
         raise SimulatedCrash(f"crash point {name}")
 
-    def _check(self, mutating: bool) -> None:
+    def _check(self) -> None:
         if self._crashed:
             raise SimulatedCrash("SimFS has crashed; call crash() first")
 
@@ -291,7 +124,7 @@ class SimFS(FileSystem):
         self.io_count += 1
 
     def _mutate(self) -> None:
-        self._check(True)
+        self._check()
         self._count_io()
 
     # -- namespace helpers --------------------------------------------------
@@ -316,7 +149,7 @@ class SimFS(FileSystem):
     def open(self, path: str, *, create: bool = False, truncate: bool = False, direct: bool = False) -> SimFile:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             inode = self._live.get(path)
             if inode is None:
                 if not create or self._is_dir(path):
@@ -327,22 +160,22 @@ class SimFS(FileSystem):
                 self._live[path] = inode
                 self._dirop(("create", path, inode), path)
             elif truncate:
-                self._mutate()
                 if inode.mapbuf is not None:
                     raise DiskIOError(errno.EBUSY, "cannot truncate a mapped file", path)
+                self._mutate()
                 inode.do(("truncate", 0, None))
             return SimFile(self, path, inode, direct)
 
     def exists(self, path: str) -> bool:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             return path in self._live or self._is_dir(path)
 
     def listdir(self, path: str) -> list[str]:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             if not self._is_dir(path):
                 raise make_error(errno.ENOENT, "no such directory", path)
             names = {posixpath.basename(p) for p in list(self._live) + list(self._dirs) if _parent(p) == path and p != path}
@@ -354,7 +187,7 @@ class SimFS(FileSystem):
         # the parent of the store, which the store does not own.
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             if path in self._live:
                 raise make_error(errno.EEXIST, "a file has this name", path)
             missing = []
@@ -369,7 +202,7 @@ class SimFS(FileSystem):
     def remove(self, path: str) -> None:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             inode = self._file(path)
             self._mutate()
             del self._live[path]
@@ -378,7 +211,7 @@ class SimFS(FileSystem):
     def rename(self, src: str, dst: str) -> None:
         src, dst = _norm(src), _norm(dst)
         with self._lock:
-            self._check(False)
+            self._check()
             inode = self._file(src)
             self._need_parent(dst)
             if self._is_dir(dst):
@@ -392,7 +225,7 @@ class SimFS(FileSystem):
     def fsync_dir(self, path: str) -> None:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             if not self._is_dir(path):
                 raise make_error(errno.ENOENT, "no such directory", path)
             self._mutate()
@@ -407,7 +240,7 @@ class SimFS(FileSystem):
     def size(self, path: str) -> int:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             return len(self._file(path).data)
 
     def map(self, path: str, size: int) -> SimMapping:
@@ -415,7 +248,7 @@ class SimFS(FileSystem):
             raise ValueError(f"mapping size must be > 0, got {size}")
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             inode = self._file(path)
             if len(inode.data) < size:
                 raise make_error(errno.EINVAL, f"file is {len(inode.data)} bytes, cannot map {size}", path)
@@ -429,12 +262,12 @@ class SimFS(FileSystem):
     def lock(self, path: str) -> Lock:
         path = _norm(path)
         with self._lock:
-            self._check(False)
+            self._check()
             if path in self._locks:
                 raise LockedError(path)
             if path not in self._live:
                 self.open(path, create=True).close()  # like O_CREAT on the LOCK file
-            lock = _SimLock(self, path)
+            lock = SimLock(self, path)
             self._locks[path] = lock
             return lock
 
@@ -520,7 +353,7 @@ class SimFS(FileSystem):
     def snapshot(self) -> SimSnapshot:
         """Freeze the current state (including a crashed flag) for repeated use."""
         with self._lock:
-            return SimSnapshot(copy.deepcopy(self._get_state()))
+            return SimSnapshot(self._get_state())  # _get_state already copies
 
     def restore(self, snap: SimSnapshot) -> None:
         """Return this SimFS to `snap`; handles opened since become stale."""
