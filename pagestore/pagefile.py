@@ -36,7 +36,7 @@ class PageFile:
 
     def check_header(self, header_info) -> None:
         """Refuse a file that is not ours or has another page size, naming it."""
-        head = self.file.pread(min(self.page_size, 4096), 0)
+        head = self.file.pread(self.page_size if self.cipher else min(self.page_size, 4096), 0)
         if self.cipher is not None:
             head = self.cipher.open_header(head, self.path)
         info = header_info(head)
