@@ -16,7 +16,7 @@ SANITIZE_ENV := LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-fi
                 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 endif
 
-.PHONY: setup build test torture bench bench-full java clean
+.PHONY: setup build test torture bench java clean
 
 setup: $(STAMP) build
 

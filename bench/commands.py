@@ -1,0 +1,207 @@
+"""The subcommands behind ``bench.cli``: each takes the parsed arguments, runs,
+writes Parquet under ``--results`` and prints rich tables. Exit codes: 0 done,
+1 a run failed or pagestore is needed and cannot be opened, 2 bad options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench import ckptbench, peers
+from bench import report_table as rt
+from bench import results as res
+from bench.cli import base_config, run_config
+from bench.matrix import matrix_configs, quick_configs, run_many
+from bench.runner import run as run_one
+from bench.stores import pagestore_available
+
+
+def _note(msg: str) -> None:
+    rt.console.print(f"[yellow]{msg}[/yellow]")
+
+
+def _steps(quiet: bool):
+    return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), disable=quiet)
+
+
+def _harness_overhead(data_dir, best: float) -> dict:
+    """The no-op store under the same loop, against the best store throughput seen."""
+    r = run_one(dict(store="noop", scenario="full-speed", duration=3, warmup=0.5, data_dir=data_dir))
+    noop = r["summary"]["throughput"]
+    return dict(noop=noop, best_store=best, ratio=noop / best if best else float("nan"), result=r)
+
+
+def _side_file(results_dir: str, name: str, obj) -> None:
+    os.makedirs(results_dir, exist_ok=True)
+    with open(os.path.join(results_dir, name), "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+
+
+def quick(a, p) -> int:
+    t0 = time.monotonic()
+    ok, why = pagestore_available()
+    if not ok:
+        _note(f"pagestore is not available ({why}): the peers run, the pagestore parts are skipped.")
+    report, best, best_peer, failures = {}, 0.0, 0.0, []
+    if "base" not in a.skip:
+        with _steps(a.quiet) as bar:
+            task = bar.add_task("bulk load / get / scan", total=None)
+            base = peers.base_compare(a.n, data_dir=a.data_dir,
+                                      progress=lambda s: bar.update(task, description=f"base: {s}"))
+        res.write_dataset(a.results, "summary", peers.base_summary_rows(base, res.new_run_id("base")))
+        rt.show(rt.base_table(base))
+        report["base"] = base
+    if "commit" not in a.skip:
+        with _steps(a.quiet) as bar:
+            task = bar.add_task("commit per put", total=None)
+            cmp = peers.commit_compare(a.peer_seconds, data_dir=a.data_dir,
+                                       progress=lambda s: bar.update(task, description=f"commit: {s}"))
+        for r in cmp["results"]:
+            res.write_result(a.results, r)
+        best = max([best] + [r["summary"]["throughput"] for r in cmp["results"] if r["summary"]["store"] == "pagestore"])
+        best_peer = max(r["summary"]["throughput"] for r in cmp["results"])
+        rt.show(rt.commit_table(cmp))
+        report["commit"] = dict(bare=cmp["bare"], summaries=[r["summary"] for r in cmp["results"]])
+    if ok and "checkpoint" not in a.skip:
+        failures += _checkpoint_figures(a.results, a.data_dir, a.ckpt_ops, 2.0, a.crash_keys,
+                                        "checkpoint.page_written", a.quiet, report)
+    if ok and "matrix" not in a.skip:
+        out = run_many(quick_configs(dict(duration=a.seconds, warmup=1.0, data_dir=a.data_dir)),
+                       a.results, a.quiet)
+        failures += out["failures"]
+        rt.show(rt.iep_table(out["results"]), rt.runs_table(out["results"], "Quick matrix runs"))
+        best = max([best] + [r["summary"]["throughput"] for r in out["results"]])
+        report["matrix"] = [r["summary"] for r in out["results"]]
+    against = "the best pagestore run" if best else "the best store run"
+    best = best or best_peer
+    if best:
+        ov = _harness_overhead(a.data_dir, best)
+        rt.console.print(f"harness alone (noop store): {ov['noop']:,.0f} ops/s = {ov['ratio']:.1f}× "
+                         f"{against} ({best:,.0f} ops/s)")
+        report["harness"] = {k: v for k, v in ov.items() if k != "result"}
+    _side_file(a.results, "quick.json", report)
+    for label, err in failures:
+        _note(f"failed: {label}: {err}")
+    rt.console.print(f"quick finished in {time.monotonic() - t0:,.0f} s; Parquet under {a.results}/")
+    return 1 if failures else 0
+
+
+def _checkpoint_figures(results_dir, data_dir, ops, interval, crash_keys, crash_point, quiet, report) -> list:
+    failures, lat = [], None
+    with _steps(quiet) as bar:
+        task = bar.add_task(f"checkpoints: {ops:,} puts", total=None)
+        try:
+            lat = ckptbench.checkpoint_latency(ops, interval, data_dir)
+            res.write_result(results_dir, lat)
+        except Exception as e:
+            failures.append(("checkpoint latency", repr(e)))
+        rate = ckptbench.recovery_write_rate(lat) if lat else None
+        seq = ckptbench.sequential_write_rate(rate["biggest"] if rate and rate["biggest"] else 64 << 20, data_dir)
+        bar.update(task, description=f"checkpoints: kill -9 at {crash_point}")
+        crash = ckptbench.crash_recovery(crash_keys, crash_point, data_dir)
+    if crash.get("error"):
+        failures.append(("crash recovery", crash["error"]))
+    rt.show(rt.checkpoint_table(lat, rate, seq, crash))
+    report["checkpoint"] = dict(summary=lat and lat["summary"], recovery_rate=rate, sequential=seq, crash=crash)
+    return failures
+
+
+def peers_cmd(a, p) -> int:
+    report = {}
+    only = set(a.stores) if a.stores else None
+    pick = lambda names: tuple(s for s in names if only is None or s in only)  # noqa: E731
+    if a.what in ("base", "all"):
+        with _steps(a.quiet) as bar:
+            task = bar.add_task("base", total=None)
+            base = peers.base_compare(a.n, stores=pick(peers.BASE_STORES), data_dir=a.data_dir,
+                                      progress=lambda s: bar.update(task, description=f"base: {s}"))
+        res.write_dataset(a.results, "summary", peers.base_summary_rows(base, res.new_run_id("base")))
+        rt.show(rt.base_table(base))
+        for n in base["notes"]:
+            _note(n)
+        report["base"] = base
+    if a.what in ("commit", "all"):
+        saved = peers.NOSYNC_STORES, peers.SYNC_STORES
+        peers.NOSYNC_STORES, peers.SYNC_STORES = pick(saved[0]), pick(saved[1])
+        try:
+            with _steps(a.quiet) as bar:
+                task = bar.add_task("commit", total=None)
+                cmp = peers.commit_compare(a.seconds, tuple(a.threads), data_dir=a.data_dir,
+                                           progress=lambda s: bar.update(task, description=f"commit: {s}"))
+        finally:
+            peers.NOSYNC_STORES, peers.SYNC_STORES = saved
+        for r in cmp["results"]:
+            res.write_result(a.results, r)
+        rt.show(rt.commit_table(cmp))
+        for n in cmp["notes"]:
+            _note(n)
+        report["commit"] = dict(bare=cmp["bare"], summaries=[r["summary"] for r in cmp["results"]])
+    _side_file(a.results, "peers.json", report)
+    return 0
+
+
+def run_cmd(a, p) -> int:
+    cfg = run_config(a)
+    if cfg.get("store") == "pagestore":
+        ok, why = pagestore_available()
+        if not ok:
+            rt.console.print(f"[red]pagestore cannot be opened: {why}[/red]")
+            return 1
+    workload = None
+    if a.workload:
+        from bench.workload import ParquetWorkload
+        try:
+            workload = ParquetWorkload(a.workload, a.partition)
+        except (OSError, ValueError) as e:
+            p.error(f"--workload: {e}")
+    total = float(cfg.get("warmup") or 1) + float(cfg.get("duration") or 10)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), disable=a.quiet or a.json) as bar:
+        task = bar.add_task(f"{cfg.get('store')} {a.scenario}", total=None if cfg.get("ops") else total)
+        start = time.monotonic()
+        r = run_one(cfg, workload, progress=lambda _t: bar.update(task, completed=time.monotonic() - start))
+    res.write_result(a.results, r)
+    if a.json:
+        print(json.dumps(r["summary"], default=str))
+    else:
+        rt.show(rt.runs_table([r], f"run {r['summary']['run_id']}"))
+        rt.console.print(f"{len(r['timeseries'])} seconds, {len(r['checkpoints'])} checkpoints written "
+                         f"under {a.results}/")
+    return 0
+
+
+def matrix_cmd(a, p) -> int:
+    if a.store != "pagestore":
+        p.error("matrix varies pagestore options; use --store pagestore (the default)")
+    ok, why = pagestore_available()
+    if not ok:
+        rt.console.print(f"[red]pagestore cannot be opened: {why}[/red]")
+        return 1
+    configs = matrix_configs(base_config(a), a.scenario, a.recovery_data, a.compression, a.wal_mode,
+                             a.throttling, a.op_style)
+    rt.console.print(f"{len(configs)} runs")
+    out = run_many(configs, a.results, a.quiet)
+    rt.show(rt.iep_table(out["results"]), rt.runs_table(out["results"], "Matrix runs"))
+    for label, err in out["failures"]:
+        _note(f"failed: {label}: {err}")
+    return 1 if out["failures"] else 0
+
+
+def checkpoint_cmd(a, p) -> int:
+    ok, why = pagestore_available()
+    if not ok:
+        rt.console.print(f"[red]pagestore cannot be opened: {why}[/red]")
+        return 1
+    report = {}
+    failures = _checkpoint_figures(a.results, a.data_dir, a.ops, a.interval, a.crash_keys, a.crash_point,
+                                   a.quiet, report)
+    _side_file(a.results, "checkpoint.json", report)
+    for label, err in failures:
+        _note(f"failed: {label}: {err}")
+    return 1 if failures else 0
+
+
+COMMANDS = dict(quick=quick, peers=peers_cmd, run=run_cmd, matrix=matrix_cmd, checkpoint=checkpoint_cmd)

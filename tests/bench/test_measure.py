@@ -1,0 +1,51 @@
+"""The sampler and row building against a fake store that reports checkpoint stats."""
+
+import time
+
+from bench.measure import measure
+from bench.runner import build_rows
+from bench.scenarios import resolve
+from bench.stores import Store
+from bench.workload import GeneratedWorkload
+
+
+class FakeCheckpointingStore(Store):
+    """A checkpoint runs during 0.3 s of every 0.6 s; 50 WAL bytes per put."""
+
+    name = "pagestore"
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.puts = 0
+
+    def put(self, k, v):
+        self.puts += 1
+
+    def _done(self):
+        return int((time.monotonic() - self.t0) / 0.6)
+
+    def stats(self):
+        done = self._done()
+        hist = [dict(pages=100 + i, recovery_bytes=4096 * (100 + i), lock_ms=0.5, recovery_write_ms=100.0,
+                     page_write_ms=150.0, fsync_ms=20.0, total_ms=300.0, cow_peak=7) for i in range(done)]
+        running = (time.monotonic() - self.t0) % 0.6 >= 0.3
+        return dict(wal_bytes_written=50 * self.puts, checkpoints=done, checkpoint_history=hist,
+                    checkpoint_running=running, dirty_pages=42, throttle_parks=done * 2,
+                    throttle_park_seconds=done * 0.001)
+
+
+def test_rows_from_a_checkpointing_store():
+    cfg = resolve(dict(store="pagestore", warmup=0.5, duration=2.5))
+    store = FakeCheckpointingStore()
+    raw = measure(store, GeneratedWorkload(cfg), cfg)
+    r = build_rows(cfg, "rfake", 0, raw)
+    s, cps, ts = r["summary"], r["checkpoints"], r["timeseries"]
+    assert 3 <= len(cps) <= 5 and s["checkpoints"] == len(cps)
+    assert [c["pages"] for c in cps] == sorted(c["pages"] for c in cps)
+    assert all(-0.5 <= c["t_start"] <= 2.5 for c in cps)
+    assert all(c["recovery_bytes"] == 4096 * c["pages"] and c["total_ms"] == 300.0 for c in cps)
+    assert any(t["checkpoint_running"] for t in ts)
+    assert all(t["dirty_pages"] == 42 for t in ts)
+    assert sum(t["parks"] for t in ts) == s["parks"] > 0
+    assert 45 < s["wal_bytes_per_op"] < 55  # the stats delta over the window, per measured op
+    assert r["extra"]["ops_in_ckpt"] > 0 and r["extra"]["ops_out_ckpt"] > 0
