@@ -28,21 +28,27 @@ back from offset 32 to the end of the file:
       0    8 page id
       8    1 codec actually applied to this payload (CODEC_* below)
       9    1 flags: bit 0 GAP_SKIPPED (payload decodes to the page without its
-               free gap [free_lo, free_hi)); other bits reserved = 0
+               free gap [free_lo, free_hi)); bit 1 ENCRYPTED (payload is
+               cipher.seal(encoded page, record_context(...))); others = 0
      10    4 stored length (payload bytes)
      14    4 crc32c of header bytes 0..14 followed by the payload
      18    n payload
 
 The record CRC also covers the page id, codec, flags and length: a CRC of the
 payload alone would let a flipped page-id bit write a good image over the
-wrong page.
+wrong page. An ENCRYPTED record's payload is AES-256-GCM sealed (compressed
+first: ciphertext does not compress) with associated data binding it to its
+checkpoint, writer, offset, page id, codec and flags, so a record cannot be
+moved, reordered or re-labelled without failing authentication. The CRC is
+kept for those records too: it separates damage (RecoveryFileCorrupt) from
+tampering or a wrong key (the cipher's error).
 
 Validity rule. A recovery file is valid iff its header is valid (magic,
 version, crc, checkpoint id and writer index equal to those in its name, page
 size equal to the store's), and from offset 32 to the end of the file it
 parses as whole records, each with a known codec, no reserved flag bits, a
-stored length <= page size + 64, a matching crc and a payload that decodes to
-exactly one page. Anything else is corruption: the file was fsynced before
+stored length <= page size + 64, a matching crc, ENCRYPTED set exactly when
+the store is encrypted, and a payload that decodes to exactly one page. Anything else is corruption: the file was fsynced before
 the START marker was written, so nothing short of damage can make it short.
 
 Marker (52 bytes), written only with `fs.write_atomic` (temp, fsync, rename,
@@ -77,7 +83,7 @@ from crc32c import crc32c
 __all__ = [
     "FILE_MAGIC", "FORMAT_VERSION", "FILE_HEADER", "FILE_HEADER_SIZE", "RECORD_HEADER",
     "RECORD_HEADER_SIZE", "MARKER", "MARKER_SIZE", "MARKER_MAGIC", "START", "END",
-    "RECOVERY_DATA_CODES", "GAP_SKIPPED", "MAX_PAYLOAD_OVER_PAGE", "CP_DIR",
+    "RECOVERY_DATA_CODES", "GAP_SKIPPED", "ENCRYPTED", "record_context", "MAX_PAYLOAD_OVER_PAGE", "CP_DIR",
     "RecoveryFileCorrupt", "MarkerCorrupt", "Marker", "RecoveryFileHeader",
     "recovery_file_name", "marker_name", "parse_name", "pack_file_header",
     "unpack_file_header", "pack_record_header", "record_crc", "pack_marker", "unpack_marker",
@@ -92,6 +98,8 @@ FORMAT_VERSION = 1
 START, END = 1, 2
 RECOVERY_DATA_CODES = {"checkpoint": 0, "wal": 1}
 GAP_SKIPPED = 0x01
+ENCRYPTED = 0x02
+_CONTEXT = struct.Struct("<8sQHQQBB")
 # Incompressible pages are stored raw, so a payload is never much over a page;
 # the slack only admits codec framing and catches a garbage length early.
 MAX_PAYLOAD_OVER_PAGE = 64
@@ -197,6 +205,11 @@ def record_crc(header14, payload) -> int:
 def pack_record_header(page_id: int, codec: int, flags: int, payload) -> bytes:
     head = RECORD_HEADER.pack(page_id, codec, flags, len(payload), 0)[:_RECORD_CRC_SPAN]
     return head + struct.pack("<I", record_crc(head, payload))
+
+
+def record_context(checkpoint_id: int, writer: int, offset: int, page_id: int, codec: int, flags: int) -> bytes:
+    """Associated data sealing an ENCRYPTED record to its place and header."""
+    return _CONTEXT.pack(FILE_MAGIC, checkpoint_id, writer, offset, page_id, codec, flags)
 
 
 def pack_marker(m: Marker) -> bytes:

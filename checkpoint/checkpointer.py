@@ -1,0 +1,373 @@
+"""The checkpointer: IEP-113 checkpoints through recovery files (DESIGN.md §3).
+
+Invariants (DESIGN.md §4), and where this module keeps them:
+
+ (1) A page is written in place only after its image is durable in a
+     recovery file of the same checkpoint and the START marker is durable.
+     `_run` calls `pool.write_pages` only after `write_marker(START)` has
+     returned, and that returns only after the marker's rename and the fsync
+     of cp/ (diskio.write_atomic).
+ (2) The START marker is durable only after every recovery file of its
+     checkpoint is durable: every writer fsyncs its file, then cp/ is
+     fsynced (the files' names), and only then is START written.
+ (3) WAL records before the last completed checkpoint's pointer are never
+     needed: `wal.trim` runs only after the END marker is durable. In "wal"
+     mode it trims only to the *previous* checkpoint's pointer, because
+     rebuilding pages after a crash of the next checkpoint reads the page
+     records logged since this checkpoint began.
+ (4) Nothing acknowledged is lost: the WAL is fsynced up to the CHECKPOINT
+     record (step 2) before START names that record as the replay pointer.
+ (5) Pages carry their CRC: `source.copy_pages` stamps it; recovery files
+     store those exact bytes, so a restored page is the page that was copied.
+ (6) Page replacement evicts only clean pages: `source.release` is called
+     for a chunk only after the sink wrote it, so the store learns a page is
+     clean only when it is on disk.
+
+A checkpoint's states (after SQLite pager.c), with the step that moves it:
+
+    IDLE
+      | 1 source.begin (lock held inside the source) . 2 wal.flush(lsn)
+      | 3 delete old recovery files, write + fsync new ones, fsync cp/
+      v
+    RECOVERY_FILES_SYNCED
+      | 4 START marker (write_atomic)
+      v
+    START_WRITTEN
+      | 5 pages in place through the sink, sink.sync()
+      v
+    PAGES_SYNCED
+      | 6 END marker (write_atomic)
+      v
+    END_WRITTEN
+      | source.finish(), wal.trim(), prune old markers
+      v
+    IDLE
+
+Crash points (diskio/crashpoints.py) and what recovery makes of a crash there:
+
+    checkpoint.after_lock             nothing durable yet: previous checkpoint stands
+    checkpoint.after_wal_fsync        idem (the CHECKPOINT record is merely durable)
+    checkpoint.recovery_file_written  recovery files without START: ignored
+    checkpoint.after_recovery_fsync   idem
+    checkpoint.start_tmp_written      only START's temp file: ignored
+    checkpoint.after_start_marker     START without END: restore, replay from START
+    checkpoint.page_written           idem (pages may be torn)
+    checkpoint.before_page_fsync      idem
+    checkpoint.after_page_fsync       idem (pages whole, END missing: restore is harmless)
+    checkpoint.after_end_marker       complete: replay from this checkpoint's pointer
+    checkpoint.after_wal_trim         idem
+
+In "wal" mode there are no recovery files; a START without END is repaired
+from the WAL's page records instead (recovery/physical.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import pool
+from .compression import PageCodec
+from .format import END, START, Marker, parse_name
+from .markers import cp_dir, read_marker, remove_quietly, scan, write_marker
+
+__all__ = ["Checkpointer", "CheckpointerError", "STATES", "DEFAULT_INTERVAL", "DEFAULT_THREADS"]
+
+STATES = ("IDLE", "RECOVERY_FILES_SYNCED", "START_WRITTEN", "PAGES_SYNCED", "END_WRITTEN")
+DEFAULT_INTERVAL = 180.0      # seconds; Ignite's DFLT_CHECKPOINT_FREQ
+DEFAULT_THREADS = 4           # Ignite's DFLT_CHECKPOINT_THREADS
+DEFAULT_CHUNK_PAGES = 64      # 256 KiB per pwrite with 4 KiB pages
+COPY_FIRST_FRACTION = 2 / 3   # checkpoint-buffer fill above which COW pages go first
+MARKER_HISTORY = 2            # completed checkpoints whose markers are kept
+
+
+class CheckpointerError(Exception):
+    """The checkpointer cannot start, or an earlier checkpoint failed."""
+
+
+class Checkpointer:
+    """A background checkpoint thread plus a pool of `threads` writers.
+
+    `dirpath` is the store directory; markers and recovery files go to its
+    `cp/`. `source`/`sink` follow docs/architecture.md; `wal` has
+    `flush(lsn)` and `trim(lsn)`. `clock` is injected (seconds, monotonic)
+    so tests can drive the interval trigger. `cipher` (an object with
+    `seal(data, context)`, pagestore.cipher.Cipher) seals every recovery
+    record. `first_checkpoint_id` is a floor for the next id (the directory
+    scan already continues after the highest id found in cp/).
+    """
+
+    def __init__(self, fs, dirpath: str, source, sink, wal, *, threads: int = DEFAULT_THREADS,
+                 interval: float | None = DEFAULT_INTERVAL, compression: str = "skip_garbage",
+                 compression_level: int | None = None, recovery_data: str = "checkpoint",
+                 clock=time.monotonic, chunk_pages: int = DEFAULT_CHUNK_PAGES,
+                 copy_first_fraction: float = COPY_FIRST_FRACTION, cipher=None,
+                 first_checkpoint_id: int = 1, autostart: bool = True):
+        if recovery_data not in ("checkpoint", "wal"):
+            raise ValueError(f"recovery_data must be 'checkpoint' or 'wal', got {recovery_data!r}")
+        if threads < 1 or chunk_pages < 1:
+            raise ValueError("threads and chunk_pages must be >= 1")
+        self.fs, self.source, self.sink, self.wal = fs, source, sink, wal
+        self.cpdir = cp_dir(dirpath)
+        self.page_size = source.page_size
+        self.codec = PageCodec(compression, compression_level, self.page_size)
+        self.recovery_data, self.threads, self.interval = recovery_data, threads, interval
+        self.clock, self.chunk_pages, self.copy_first_fraction = clock, chunk_pages, copy_first_fraction
+        self.cipher = cipher
+        self.state = "IDLE"
+
+        cp = scan(fs, self.cpdir)
+        if cp.interrupted is not None:
+            raise CheckpointerError(f"checkpoint {cp.interrupted} has a START marker and no END: "
+                                    "run recovery.recover() before starting the checkpointer")
+        # Ids only grow, past every name in cp/ (even a crashed attempt's
+        # recovery files), so no file is ever reused for another checkpoint.
+        self._next_id = max(cp.max_id + 1, first_checkpoint_id)
+        last = cp.last_complete
+        self._last_lsn = read_marker(fs, self.cpdir, last, START).wal_lsn if last is not None else 0
+
+        self._progress = pool.Progress()
+        self._totals = {"checkpoints": 0, "recovery_bytes_written": 0, "page_bytes_written": 0,
+                        "recovery_pages_written": 0, "pages_written": 0, "gap_fallbacks": 0,
+                        "lock_seconds_max": 0.0, "last_checkpoint": None}
+        self._cond = threading.Condition()
+        self._requested = self._done = 0
+        self._reasons: list[str] = []
+        self._error: BaseException | None = None
+        self._stopping = False
+        self._last_end = clock()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="pagestore-cp-writer")
+        self._thread = threading.Thread(target=self._loop, name="pagestore-checkpointer", daemon=True)
+        if autostart:
+            self._thread.start()
+
+    # -- triggers --------------------------------------------------------
+    def request(self, reason: str) -> int:
+        """Ask for a checkpoint soon (dirty pages, WAL size, close...); returns a ticket.
+
+        Requests made while a checkpoint runs are served by the next one,
+        since the running one's page set was fixed at its begin.
+        """
+        with self._cond:
+            self._raise_if_failed()
+            self._requested += 1
+            self._reasons.append(reason)
+            self._cond.notify_all()
+            return self._requested
+
+    def checkpoint(self, wait: bool = True, reason: str = "explicit", timeout: float | None = None):
+        """Request a checkpoint; with `wait`, block until one begun after the request ends.
+
+        Returns that checkpoint's stats (see `last_checkpoint`), or None if
+        not waiting. Re-raises the failure of the checkpoint that served it.
+        """
+        if wait and not self._thread.is_alive() and self._error is None and not self._stopping:
+            raise CheckpointerError("checkpointer not started: call start() before waiting")
+        ticket = self.request(reason)
+        if not wait:
+            return None
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._done >= ticket or self._error is not None, timeout):
+                raise TimeoutError(f"checkpoint not finished within {timeout} s")
+            self._raise_if_failed()
+            return self._totals["last_checkpoint"]
+
+    def start(self) -> None:
+        """Start the background thread (idempotent; `autostart` does it at construction)."""
+        with self._cond:
+            if not self._thread.is_alive() and not self._stopping:
+                self._thread.start()
+
+    def close(self, final_checkpoint: bool = True) -> None:
+        """Stop the thread and pool; first run a final checkpoint (clean close)."""
+        try:
+            if final_checkpoint and self._error is None and not self._stopping:
+                self.start()
+                self.checkpoint(wait=True, reason="close")
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            if self._thread.is_alive():
+                self._thread.join()
+            self._pool.shutdown(wait=True)
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            if not isinstance(self._error, Exception):
+                raise self._error        # SimulatedCrash: the "process" is dead
+            raise CheckpointerError(f"checkpoint failed: {self._error!r}") from self._error
+        if self._stopping:
+            raise CheckpointerError("checkpointer is closed")
+
+    def _interval_due(self) -> float | None:
+        """Seconds until the interval trigger (<= 0: due), or None if disabled."""
+        if self.interval is None:
+            return None
+        return self._last_end + self.interval - self.clock()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._requested > self._done:
+                        break
+                    if self._stopping:
+                        return
+                    left = self._interval_due()
+                    if left is not None and left <= 0:
+                        self._reasons.append("interval")
+                        break
+                    # Poll at least once a second so an injected clock that
+                    # jumps forward is noticed.
+                    self._cond.wait(None if left is None else min(left, 1.0))
+                covering = self._requested
+                reason = ",".join(dict.fromkeys(self._reasons))
+                self._reasons.clear()
+            try:
+                self._run(reason)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+                with self._cond:
+                    self._error = exc
+                    self._progress.running = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._done = covering
+                self._last_end = self.clock()
+                self._cond.notify_all()
+
+    # -- one checkpoint ---------------------------------------------------
+    def _run(self, reason: str) -> dict:
+        fs, clock, cid = self.fs, self.clock, self._next_id
+        self._next_id += 1
+        t0 = clock()
+        stats = {"checkpoint_id": cid, "reason": reason, "recovery_data": self.recovery_data,
+                 "compression": self.codec.name, "recovery_files": 0, "recovery_bytes": 0,
+                 "gap_fallbacks": 0, "priority_chunks": 0, "recovery_write_seconds": 0.0}
+        fsync = 0.0
+
+        # Step 1: the source snapshots its dirty set under the checkpoint write
+        # lock and logs the CHECKPOINT record; it measures the hold itself.
+        snap = self.source.begin(cid)
+        page_ids = sorted(snap.page_ids)   # O(n) when already sorted, as promised
+        lsn = snap.wal_lsn
+        stats.update(pages=len(page_ids), wal_lsn=lsn, lock_seconds=snap.lock_seconds)
+        with self._progress.lock:
+            p = self._progress
+            p.running, p.checkpoint_pages, p.pages_written = True, len(page_ids), 0
+            # With no recovery phase the throttle's progress formula must see
+            # it as done, or it would throttle against work that never comes.
+            p.recovery_pages_written = 0 if self.recovery_data == "checkpoint" else len(page_ids)
+        fs.crash_point("checkpoint.after_lock")
+
+        # Step 2: the replay pointer must be durable before START names it.
+        t = clock()
+        self.wal.flush(lsn)
+        stats["wal_flush_seconds"] = clock() - t
+        fs.crash_point("checkpoint.after_wal_fsync")
+
+        # Step 3: the previous checkpoint is complete (END durable), so its
+        # recovery files, and those of attempts that crashed before START,
+        # are no longer needed.
+        t = clock()
+        for name in fs.listdir(self.cpdir):
+            parsed = parse_name(name)
+            if parsed is not None and parsed[1] == "RECOVERY" and parsed[0] != cid:
+                remove_quietly(fs, f"{self.cpdir}/{name}")
+        if self.recovery_data == "checkpoint" and page_ids:
+            r = pool.write_recovery_files(self._pool, fs, self.cpdir, self.source, self.codec, cid, page_ids,
+                                          workers=self.threads, chunk_pages=self.chunk_pages,
+                                          page_size=self.page_size, progress=self._progress, clock=clock,
+                                          cipher=self.cipher)
+            td = clock()
+            fs.fsync_dir(self.cpdir)                  # the new files' names
+            fsync += r["fsync_seconds"] + clock() - td
+            stats.update(recovery_files=r["files"], recovery_bytes=r["bytes"], gap_fallbacks=r["gap_fallbacks"])
+            stats["recovery_write_seconds"] = clock() - t
+        self.state = "RECOVERY_FILES_SYNCED"
+        fs.crash_point("checkpoint.after_recovery_fsync")
+
+        # Step 4 (invariant 2: every recovery file is durable by now).
+        start = Marker(START, cid, lsn, len(page_ids), self._last_lsn, stats["recovery_files"], self.recovery_data)
+        write_marker(fs, self.cpdir, start)
+        self.state = "START_WRITTEN"
+        fs.crash_point("checkpoint.after_start_marker")
+
+        # Step 5 (invariant 1: START is durable by now).
+        t = clock()
+        w = pool.write_pages(self._pool, fs, self.source, self.sink, page_ids, workers=self.threads,
+                             chunk_pages=self.chunk_pages, page_size=self.page_size,
+                             progress=self._progress, copy_first_fraction=self.copy_first_fraction)
+        stats["page_write_seconds"] = clock() - t
+        stats["priority_chunks"] = w["priority_chunks"]
+        fs.crash_point("checkpoint.before_page_fsync")
+        t = clock()
+        self.sink.sync()
+        stats["page_sync_seconds"] = clock() - t
+        fsync += stats["page_sync_seconds"]
+        self.state = "PAGES_SYNCED"
+        fs.crash_point("checkpoint.after_page_fsync")
+
+        # Step 6.
+        write_marker(fs, self.cpdir, Marker(END, cid, lsn, len(page_ids), self._last_lsn,
+                                             stats["recovery_files"], self.recovery_data))
+        self.state = "END_WRITTEN"
+        fs.crash_point("checkpoint.after_end_marker")
+        usage = self.source.checkpoint_buffer() if hasattr(self.source, "checkpoint_buffer") else None
+        self.source.finish()
+        self.wal.trim(lsn if self.recovery_data == "checkpoint" else self._last_lsn)
+        fs.crash_point("checkpoint.after_wal_trim")
+        self._last_lsn = lsn
+        self._prune_markers(cid)
+        self.state = "IDLE"
+
+        stats.update(page_bytes=len(page_ids) * self.page_size, fsync_seconds=fsync,
+                     total_seconds=clock() - t0, cow_peak=usage[2] if usage else None)
+        self._account(stats)
+        return stats
+
+    def _prune_markers(self, cid: int) -> None:
+        """Keep the markers of the last MARKER_HISTORY completed checkpoints.
+
+        Removals are not made durable: a marker that reappears after a crash
+        belongs to an older, completed checkpoint and changes nothing.
+        """
+        cp = scan(self.fs, self.cpdir)
+        keep = sorted(cp.starts & cp.ends)[-MARKER_HISTORY:]
+        floor = keep[0] if keep else cid
+        for name in self.fs.listdir(self.cpdir):
+            parsed = parse_name(name)
+            if parsed is not None and parsed[1] in ("START", "END") and parsed[0] < floor:
+                remove_quietly(self.fs, f"{self.cpdir}/{name}")
+
+    def _account(self, stats: dict) -> None:
+        with self._progress.lock:
+            self._progress.running = False
+        with self._cond:
+            t = self._totals
+            t["checkpoints"] += 1
+            t["recovery_bytes_written"] += stats["recovery_bytes"]
+            t["page_bytes_written"] += stats["page_bytes"]
+            t["recovery_pages_written"] += stats["pages"] if self.recovery_data == "checkpoint" else 0
+            t["pages_written"] += stats["pages"]
+            t["gap_fallbacks"] += stats["gap_fallbacks"]
+            t["lock_seconds_max"] = max(t["lock_seconds_max"], stats["lock_seconds"])
+            t["last_checkpoint"] = dict(stats)
+
+    # -- observation -------------------------------------------------------
+    def stats(self) -> dict:
+        """Cumulative figures since this checkpointer started (copy)."""
+        with self._cond:
+            out = dict(self._totals)
+            out["last_checkpoint"] = dict(out["last_checkpoint"]) if out["last_checkpoint"] else None
+            return out
+
+    def progress(self) -> dict:
+        """checkpoint_pages, recovery_pages_written, pages_written, running: for the throttle."""
+        return self._progress.snapshot()
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._error

@@ -1,0 +1,194 @@
+"""The two parallel phases of a checkpoint, run by the writer pool.
+
+Both phases share one shape, taken from Ignite's checkpointer: the sorted
+page list is cut into chunks, the chunks go into one queue, and each of N
+workers pulls the next chunk until the queue is empty (work-stealing, so a
+slow disk write in one thread does not leave the others idle).
+
+* Recovery phase (DESIGN.md §3 step 3): worker w owns recovery file w. It
+  copies a chunk's checkpoint images out of the source, encodes them (the
+  codec runs here, in parallel), appends them with one pwrite, and at the
+  end fsyncs its file. The caller fsyncs cp/ once all files are synced.
+* Page phase (step 5): a worker copies a chunk, writes it in place through
+  the sink, then releases it. While the source says its checkpoint buffer is
+  nearly full, a worker first takes pages that have a copy-on-write copy
+  (Ignite's `pullPageFromCpBuffer`): writing those frees buffer space, which
+  is what keeps writers out of the throttle.
+
+A failure in one worker (an I/O error, a simulated crash) sets `abort` so the
+others stop at their next chunk; the first failure is re-raised to the
+coordinator, a BaseException (SimulatedCrash) in preference.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import threading
+from collections import deque
+
+from .format import recovery_file_name
+from .recovery_file import RecoveryFileWriter
+
+__all__ = ["Progress", "chunked", "write_recovery_files", "write_pages"]
+
+
+class Progress:
+    """Counters the throttle reads while a checkpoint runs (DESIGN.md §6)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.checkpoint_pages = 0
+        self.recovery_pages_written = 0
+        self.pages_written = 0
+        self.running = False
+
+    def add(self, field: str, n: int) -> None:
+        with self.lock:
+            setattr(self, field, getattr(self, field) + n)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {"checkpoint_pages": self.checkpoint_pages,
+                    "recovery_pages_written": self.recovery_pages_written,
+                    "pages_written": self.pages_written, "running": self.running}
+
+
+def chunked(page_ids, n: int) -> list:
+    return [page_ids[i:i + n] for i in range(0, len(page_ids), n)]
+
+
+def _run_all(pool, fn, count: int, abort: threading.Event) -> list:
+    futures = [pool.submit(fn, w) for w in range(count)]
+    results, first = [], None
+    for fut in futures:
+        try:
+            results.append(fut.result())
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after every worker stopped
+            abort.set()
+            # A simulated crash (a BaseException) outranks the I/O errors
+            # the other workers see on the dead file system after it.
+            if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
+                first = exc
+    if first is not None:
+        raise first
+    return results
+
+
+def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids, *,
+                         workers: int, chunk_pages: int, page_size: int, progress: Progress,
+                         clock, cipher=None) -> dict:
+    """Write every page image of the checkpoint to `workers` recovery files, fsynced.
+
+    Returns {"files", "bytes", "fsync_seconds", "gap_fallbacks"}. Worker w
+    writes `cp/<id>-RECOVERY-<w>.bin`; every worker creates its file even if
+    the queue is empty by the time it starts, so the START marker's file
+    count always equals the number of files of the checkpoint.
+    """
+    queue = deque(chunked(page_ids, chunk_pages))
+    count = max(1, min(workers, len(queue)))
+    abort = threading.Event()
+
+    def worker(w: int) -> tuple[int, float, int]:
+        path = posixpath.join(cpdir, recovery_file_name(checkpoint_id, w))
+        out = RecoveryFileWriter(fs, path, checkpoint_id, w, page_size, codec, cipher)
+        try:
+            buf = bytearray(chunk_pages * page_size)
+            while not abort.is_set():
+                try:
+                    chunk = queue.popleft()
+                except IndexError:
+                    break
+                view = memoryview(buf)[:len(chunk) * page_size]
+                source.copy_pages(chunk, view)
+                out.append(chunk, view)
+                progress.add("recovery_pages_written", len(chunk))
+            if abort.is_set():
+                return 0, 0.0, 0
+            fs.crash_point("checkpoint.recovery_file_written")
+            t = clock()
+            out.sync()
+            return out.offset, clock() - t, out.gap_fallbacks
+        finally:
+            out.close()
+
+    results = _run_all(pool, worker, count, abort)
+    return {"files": count, "bytes": sum(r[0] for r in results),
+            "fsync_seconds": sum(r[1] for r in results), "gap_fallbacks": sum(r[2] for r in results)}
+
+
+class _PageQueue:
+    """Sorted chunks, plus out-of-order pulls of pages that hold a COW copy."""
+
+    def __init__(self, source, page_ids, chunk_pages: int, copy_first_fraction: float):
+        self.source, self.chunk_pages = source, chunk_pages
+        self.chunks = deque(chunked(page_ids, chunk_pages))
+        self.lock = threading.Lock()
+        self.done: set[int] = set()     # pages already taken by a worker
+        self.members = None             # set(page_ids), built on first priority pull
+        self.page_ids = page_ids
+        self.fraction = copy_first_fraction
+        self.can_prioritise = hasattr(source, "pages_with_copy") and hasattr(source, "checkpoint_buffer")
+        self.priority_chunks = 0
+
+    def _buffer_nearly_full(self) -> bool:
+        used, capacity, _peak = self.source.checkpoint_buffer()
+        return capacity > 0 and used >= self.fraction * capacity
+
+    def next(self):
+        with self.lock:
+            if self.can_prioritise and self._buffer_nearly_full():
+                if self.members is None:
+                    self.members = set(self.page_ids)
+                picked = []
+                for pid in self.source.pages_with_copy():
+                    if pid in self.members and pid not in self.done:
+                        picked.append(pid)
+                        if len(picked) == self.chunk_pages:
+                            break
+                if picked:
+                    picked.sort()
+                    self.done.update(picked)
+                    self.priority_chunks += 1
+                    return picked
+            while self.chunks:
+                chunk = self.chunks.popleft()
+                if self.done:
+                    chunk = [p for p in chunk if p not in self.done]
+                if chunk:
+                    if self.can_prioritise:
+                        # Taken pages must not be pulled again as priority
+                        # pages while another worker is writing them.
+                        self.done.update(chunk)
+                    return chunk
+            return None
+
+
+def write_pages(pool, fs, source, sink, page_ids, *, workers: int, chunk_pages: int,
+                page_size: int, progress: Progress, copy_first_fraction: float) -> dict:
+    """Write every page of the checkpoint in place through the sink (not synced).
+
+    REQUIRES: the START marker of this checkpoint is durable (invariant 1).
+    Returns {"priority_chunks"}: chunks pulled out of order to relieve the
+    checkpoint buffer.
+    """
+    queue = _PageQueue(source, page_ids, chunk_pages, copy_first_fraction)
+    count = max(1, min(workers, len(queue.chunks)))
+    abort = threading.Event()
+
+    def worker(_w: int) -> None:
+        buf = bytearray(chunk_pages * page_size)
+        while not abort.is_set():
+            chunk = queue.next()
+            if chunk is None:
+                return
+            view = memoryview(buf)[:len(chunk) * page_size]
+            source.copy_pages(chunk, view)
+            sink.write_pages(chunk, view)
+            fs.crash_point("checkpoint.page_written")
+            # Released only after the write: until then a writer that
+            # modifies the page must still copy-on-write it.
+            source.release(chunk)
+            progress.add("pages_written", len(chunk))
+
+    _run_all(pool, worker, count, abort)
+    return {"priority_chunks": queue.priority_chunks}

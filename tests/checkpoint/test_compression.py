@@ -1,0 +1,113 @@
+"""Page codecs: exact round trips, and skip_garbage never changes a byte."""
+
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkpoint.compression import (CODECS, DISABLED, SKIP_GARBAGE, PageCodec, compact_page,
+                                    expand_page)
+from checkpoint.format import GAP_SKIPPED
+from checkpoint.testing import make_page, page_ok
+
+PS = 4096
+
+
+@st.composite
+def pages(draw):
+    page_size = draw(st.sampled_from([512, 4096, 8192]))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    page = bytearray(rng.randbytes(page_size) if draw(st.booleans()) else bytes(page_size))
+    lo = draw(st.integers(0, page_size))
+    hi = draw(st.integers(0, page_size))
+    struct.pack_into("<HH", page, 24, lo, hi)
+    if draw(st.booleans()) and 32 <= lo < hi <= page_size:
+        page[lo:hi] = bytes(hi - lo)
+    return page_size, bytes(page)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pages(), st.sampled_from(sorted(CODECS)))
+def test_every_codec_round_trips_any_page_exactly(page, name):
+    page_size, image = page
+    codec = PageCodec(name, page_size=page_size)
+    cid, flags, payload = codec.encode(image)
+    assert PageCodec.decode(cid, flags, payload, page_size) == image
+
+
+@pytest.mark.parametrize("name,level", [("zstd", 1), ("zstd", 19), ("zstd", -5), ("lz4", 9)])
+def test_levels_round_trip(name, level):
+    page = make_page(1, PS, random.Random(level))
+    codec = PageCodec(name, level, PS)
+    assert PageCodec.decode(*codec.encode(page), PS) == page
+
+
+def test_levels_out_of_range_or_on_levelless_codecs_are_rejected():
+    with pytest.raises(ValueError):
+        PageCodec("zstd", 23)
+    with pytest.raises(ValueError):
+        PageCodec("snappy", 1)
+    with pytest.raises(ValueError):
+        PageCodec("gzip")
+
+
+def test_skip_garbage_drops_exactly_the_zero_gap_and_keeps_the_crc_valid():
+    page = make_page(5, PS, random.Random(1))
+    lo, hi = struct.unpack_from("<HH", page, 24)
+    cid, flags, payload = PageCodec("skip_garbage", page_size=PS).encode(page)
+    assert (cid, flags) == (SKIP_GARBAGE, GAP_SKIPPED)
+    assert len(payload) == PS - (hi - lo)
+    restored = PageCodec.decode(cid, flags, payload, PS)
+    assert restored == page and page_ok(restored, 5)
+
+
+def test_skip_garbage_stores_a_page_with_a_nonzero_gap_whole():
+    page = make_page(5, PS, random.Random(2), zero_gap=False)
+    cid, flags, payload = PageCodec("skip_garbage", page_size=PS).encode(page)
+    assert (cid, flags, payload) == (DISABLED, 0, bytes(page))
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 100), (100, 100), (200, 100), (40, PS + 1), (10, 20)])
+def test_skip_garbage_ignores_an_implausible_gap(lo, hi):
+    page = bytearray(PS)
+    struct.pack_into("<HH", page, 24, lo, min(hi, 0xFFFF))
+    assert compact_page(page, PS) is None
+
+
+def test_compressing_codecs_shrink_a_half_empty_page():
+    page = make_page(3, PS, random.Random(3))
+    page[32:1000] = bytes(968)  # compressible body
+    for name in ("snappy", "zstd", "lz4"):
+        cid, flags, payload = PageCodec(name, page_size=PS).encode(page)
+        assert cid == CODECS[name] and len(payload) < PS // 2
+
+
+def test_incompressible_page_is_stored_raw_not_expanded():
+    page = bytearray(random.Random(4).randbytes(PS))
+    struct.pack_into("<HH", page, 24, 0, 0)
+    for name in ("snappy", "zstd", "lz4"):
+        cid, flags, payload = PageCodec(name, page_size=PS).encode(page)
+        assert cid == DISABLED and len(payload) == PS
+
+
+@pytest.mark.parametrize("codec,flags,payload", [
+    (DISABLED, 0, b"x" * 100),                 # wrong length
+    (DISABLED, GAP_SKIPPED, bytes(PS)),        # flag without codec
+    (SKIP_GARBAGE, 0, bytes(PS)),              # codec without flag
+    (DISABLED, 0x02, bytes(PS)),               # reserved flag bit
+    (9, 0, bytes(PS)),                         # unknown codec
+    (CODECS["zstd"], 0, b"not zstd at all"),   # undecodable
+    (CODECS["snappy"], 0, b"\xff\xff\xff\xff\x0f"),
+])
+def test_decode_rejects_inconsistent_records(codec, flags, payload):
+    with pytest.raises(ValueError):
+        PageCodec.decode(codec, flags, payload, PS)
+
+
+def test_expand_rejects_a_length_that_disagrees_with_the_gap():
+    page = make_page(1, PS, random.Random(5))
+    compact = compact_page(page, PS)
+    with pytest.raises(ValueError):
+        expand_page(compact + b"\0", PS)
