@@ -1,0 +1,289 @@
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from throttling import (POLICIES, AdaptivePolicy, FakeClock, Signals, fill_rate_park,
+                        make_policy)
+from throttling.policies import ExponentialBackoffPolicy, SpeedBasedPolicy
+
+
+def cp(**kw):
+    base = dict(cow_capacity=100, total_pages=1000, checkpoint_running=True,
+                checkpoint_pages=300, in_checkpoint_page=True, writer=0)
+    base.update(kw)
+    return Signals(**base)
+
+
+# -- factory ---------------------------------------------------------------
+
+def test_policies_lists_every_name_with_the_default_first():
+    assert POLICIES[0] == "adaptive"
+    assert set(POLICIES) == {"adaptive", "disabled", "exponential_backoff",
+                             "fill_rate", "speed_based"}
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_make_policy_builds_each_name_on_the_given_clock(name):
+    clock = FakeClock()
+    p = make_policy(name, clock)
+    assert p.name == name and p.clock is clock
+
+
+def test_make_policy_without_a_name_is_the_default_and_unknown_names_fail():
+    assert make_policy().name == "adaptive"
+    with pytest.raises(ValueError):
+        make_policy("no_such_policy")
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_no_policy_parks_outside_a_checkpoint(name):
+    p = make_policy(name, FakeClock())
+    for i in range(50):
+        s = Signals(cow_used=0, cow_capacity=100, dirty_pages=700, total_pages=1000,
+                    pages_dirtied=i * 10, writer=0)
+        assert p.park_seconds(s, i * 0.001) == 0.0
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_no_policy_parks_for_an_empty_checkpoint(name):
+    p = make_policy(name, FakeClock())
+    for i in range(20):
+        assert p.park_seconds(cp(checkpoint_pages=0, cow_used=100), i * 0.001) == 0.0
+
+
+# -- disabled ----------------------------------------------------------------
+
+def test_disabled_never_parks_even_with_a_full_buffer():
+    p = make_policy("disabled")
+    assert p.park_seconds(cp(cow_used=100), 0.0) == 0.0
+
+
+# -- exponential backoff -----------------------------------------------------
+
+def test_backoff_does_not_park_at_or_below_two_thirds():
+    p = ExponentialBackoffPolicy()
+    assert p.park_seconds(cp(cow_used=66), 0.0) == 0.0
+    assert p.park_seconds(cp(cow_used=200, cow_capacity=300), 0.0) == 0.0
+
+
+def test_backoff_grows_by_5_percent_per_throttled_call_from_4_microseconds():
+    p = ExponentialBackoffPolicy()
+    parks = [p.park_seconds(cp(cow_used=70), 0.0) for _ in range(100)]
+    assert parks[0] == pytest.approx(4e-6)
+    for a, b in zip(parks, parks[1:]):
+        assert b == pytest.approx(a * 1.05)
+    assert parks[-1] == pytest.approx(4e-6 * 1.05 ** 99)
+
+
+def test_backoff_resets_when_the_fill_drops_below_the_threshold():
+    p = ExponentialBackoffPolicy()
+    for _ in range(30):
+        p.park_seconds(cp(cow_used=90), 0.0)
+    assert p.park_seconds(cp(cow_used=50), 0.0) == 0.0
+    assert p.park_seconds(cp(cow_used=90), 0.0) == pytest.approx(4e-6)
+
+
+def test_backoff_skips_writes_known_to_miss_the_checkpoint():
+    p = ExponentialBackoffPolicy()
+    assert p.park_seconds(cp(cow_used=90, in_checkpoint_page=False), 0.0) == 0.0
+    assert p.exponent == 0
+    assert p.park_seconds(cp(cow_used=90, in_checkpoint_page=None), 0.0) == pytest.approx(4e-6)
+
+
+def test_backoff_reaches_seconds_after_a_few_hundred_calls():
+    p = ExponentialBackoffPolicy()
+    last = 0.0
+    for _ in range(300):
+        last = p.park_seconds(cp(cow_used=100), 0.0)
+    assert last > 5.0
+
+
+# -- fill rate ----------------------------------------------------------------
+
+def test_fill_rate_is_10_microseconds_just_ahead_and_1_second_when_full():
+    assert fill_rate_park(0.5 + 1e-12, 0.5) == pytest.approx(1e-5)
+    assert fill_rate_park(1.0, 0.0) == pytest.approx(1.0)
+    assert fill_rate_park(1.0, 0.9) == pytest.approx(1.0)
+
+
+def test_fill_rate_is_zero_at_or_behind_progress_and_at_progress_one():
+    assert fill_rate_park(0.4, 0.5) == 0.0
+    assert fill_rate_park(0.5, 0.5) == 0.0
+    assert fill_rate_park(1.0, 1.0) == 0.0
+
+
+def test_fill_rate_policy_uses_the_weighted_progress():
+    p = make_policy("fill_rate")
+    # progress = (2*150 + 0)/(3*300) = 1/3; fill = 2/3 -> x = 0.5 -> 10us * 1e5**0.5
+    park = p.park_seconds(cp(cow_used=200, cow_capacity=300, recovery_pages_written=150), 0.0)
+    assert park == pytest.approx(1e-5 * 1e5 ** 0.5)
+
+
+def test_fill_rate_policy_parks_the_full_second_with_a_full_buffer_at_start():
+    p = make_policy("fill_rate")
+    assert p.park_seconds(cp(cow_used=100), 0.0) == pytest.approx(1.0)
+    assert p.park_seconds(cp(cow_used=100, in_checkpoint_page=False), 0.0) == 0.0
+
+
+@given(st.floats(0, 0.999), st.floats(0, 1), st.floats(0, 1))
+def test_fill_rate_is_bounded_and_monotone_in_fill(progress, f1, f2):
+    lo, hi = sorted((f1, f2))
+    a, b = fill_rate_park(lo, progress), fill_rate_park(hi, progress)
+    assert 0.0 <= a <= b <= 1.0 + 1e-9
+
+
+# -- speed based ---------------------------------------------------------------
+
+def drive_speed_based(dirty_pages, total=1000, cow_used=0, steps=10):
+    clock = FakeClock()
+    p = SpeedBasedPolicy(clock)
+    park = 0.0
+    for i in range(steps + 1):
+        t = i * 0.1
+        s = cp(cow_used=cow_used, total_pages=total, checkpoint_pages=3000,
+               recovery_pages_written=150 * i, pages_dirtied=1000 * i,
+               dirty_pages=0 if i == 0 else dirty_pages, in_checkpoint_page=False)
+        park = p.park_seconds(s, t)
+    return park
+
+
+def test_speed_based_parks_threads_over_target_speed():
+    # done = 1000 of 3000 at 1000 pages/s -> 2 s left; targetSpeed = 0.25*1000/2
+    assert drive_speed_based(500) == pytest.approx(1 / 125, rel=1e-6)
+
+
+def test_speed_based_does_not_park_under_the_target_ratio():
+    assert drive_speed_based(100) == 0.0
+
+
+def test_speed_based_leaves_writers_to_the_hard_limit_at_75_percent():
+    assert drive_speed_based(750) == 0.0
+
+
+def test_speed_based_triples_the_park_when_clean_space_is_low():
+    # dirty 0.71: targetSpeed = 0.04*1000/2 = 20; factor 3 -> 3/20
+    assert drive_speed_based(710) == pytest.approx(3 / 20, rel=1e-6)
+
+
+def test_speed_based_needs_a_measured_speed_before_parking():
+    p = SpeedBasedPolicy(FakeClock())
+    assert p.park_seconds(cp(dirty_pages=600, in_checkpoint_page=False), 0.0) == 0.0
+    # the checkpointer made no progress: a speed of zero never divides
+    assert p.park_seconds(cp(dirty_pages=600, pages_dirtied=50, in_checkpoint_page=False), 0.5) == 0.0
+
+
+def test_speed_based_protects_the_buffer_with_the_fill_rate_law():
+    p = SpeedBasedPolicy(FakeClock())
+    assert p.park_seconds(cp(cow_used=100), 0.0) == pytest.approx(1.0)
+
+
+# -- adaptive ----------------------------------------------------------------
+
+def drive_adaptive(policy, seconds, cow_per_step, start=0.0, dt=0.001,
+                   rec_speed=1000.0, cp_pages=2000, capacity=100, dirty_per_step=1):
+    """Feed a recovery phase at ``rec_speed`` with copies taken every step."""
+    parks = []
+    used = dirtied = 0
+    for i in range(int(seconds / dt)):
+        t = start + i * dt
+        used = min(capacity, used + cow_per_step)
+        dirtied += dirty_per_step
+        s = Signals(cow_used=int(used), cow_capacity=capacity, dirty_pages=dirtied,
+                    total_pages=100000, checkpoint_running=True, checkpoint_pages=cp_pages,
+                    recovery_pages_written=min(cp_pages, int(t * rec_speed)),
+                    pages_dirtied=dirtied, in_checkpoint_page=cow_per_step > 0, writer=0)
+        parks.append(policy.park_seconds(s, t))
+    return parks
+
+
+def test_adaptive_parks_no_more_than_max_park_with_a_full_buffer():
+    p = AdaptivePolicy(FakeClock())
+    parks = drive_adaptive(p, 0.2, cow_per_step=100)
+    assert max(parks) == pytest.approx(p.max_park)
+    assert all(0.0 <= x <= p.max_park for x in parks)
+
+
+def test_adaptive_without_checkpoint_progress_falls_back_to_a_capped_fill_rate():
+    p = AdaptivePolicy(FakeClock())
+    for i in range(10):
+        park = p.park_seconds(cp(cow_used=100, pages_dirtied=i), i * 0.01)
+        assert park == pytest.approx(p.max_park)
+    assert p.park_seconds(cp(cow_used=10, pages_dirtied=11), 0.2) == pytest.approx(
+        fill_rate_park(0.1, 0.0))
+    assert p.park_seconds(cp(cow_used=10, in_checkpoint_page=False), 0.3) == 0.0
+
+
+def test_adaptive_does_not_park_when_the_budget_outlasts_the_phase():
+    p = AdaptivePolicy(FakeClock())
+    # 100 slots for 2 s of recovery; writers take one slot every 100 ms
+    parks = drive_adaptive(p, 1.0, cow_per_step=0.01)
+    assert max(parks) == 0.0
+
+
+def test_adaptive_paces_writers_that_would_overrun_the_buffer():
+    p = AdaptivePolicy(FakeClock())
+    # 1 slot per ms would fill the 100-slot buffer in 0.1 s of a 2 s phase
+    parks = drive_adaptive(p, 0.3, cow_per_step=1)
+    assert sum(parks) > 0.05
+    assert max(parks) <= p.max_park
+
+
+def test_adaptive_allowed_copy_rate_falls_as_the_buffer_fills():
+    p = AdaptivePolicy(FakeClock())
+    drive_adaptive(p, 0.1, cow_per_step=0)
+    rates = [p.allowed_rates(cp(cow_used=u, recovery_pages_written=100, checkpoint_pages=2000,
+                                total_pages=100000), 0.1)[0] for u in range(0, 101, 10)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert rates[-1] == 0.0
+
+
+def test_adaptive_allowed_dirty_rate_falls_as_dirty_pages_grow():
+    p = AdaptivePolicy(FakeClock())
+    drive_adaptive(p, 0.1, cow_per_step=0)
+    rates = [p.allowed_rates(cp(dirty_pages=d, recovery_pages_written=100, checkpoint_pages=2000,
+                                total_pages=1000), 0.1)[1] for d in range(0, 1001, 100)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert rates[-1] == 0.0
+
+
+def test_adaptive_forgets_its_debt_when_the_checkpoint_ends():
+    p = AdaptivePolicy(FakeClock())
+    drive_adaptive(p, 0.2, cow_per_step=100)
+    assert p.park_seconds(Signals(total_pages=1000, writer=0), 0.3) == 0.0
+    assert p.park_seconds(cp(cow_used=0, recovery_pages_written=300, pages_written=300,
+                             pages_dirtied=5), 0.31) == 0.0
+
+
+def test_adaptive_at_progress_one_with_an_empty_buffer_does_not_park():
+    p = AdaptivePolicy(FakeClock())
+    drive_adaptive(p, 0.05, cow_per_step=0)
+    s = cp(recovery_pages_written=300, pages_written=300, cow_used=0, pages_dirtied=10)
+    assert p.park_seconds(s, 0.06) == 0.0
+
+
+signal_st = st.builds(
+    Signals,
+    cow_used=st.integers(0, 200), cow_capacity=st.integers(0, 200),
+    dirty_pages=st.integers(0, 2000), total_pages=st.integers(0, 2000),
+    checkpoint_running=st.booleans(), checkpoint_pages=st.integers(0, 2000),
+    recovery_pages_written=st.integers(0, 2000), pages_written=st.integers(0, 2000),
+    pages_dirtied=st.integers(0, 10 ** 6), in_checkpoint_page=st.sampled_from([True, False, None]),
+    writer=st.integers(0, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(signal_st, st.floats(0, 0.05)), min_size=1, max_size=40))
+def test_every_policy_parks_a_finite_non_negative_time(seq):
+    for name in POLICIES:
+        p = make_policy(name, FakeClock())
+        now = 0.0
+        for s, dt in seq:
+            now += dt
+            park = p.park_seconds(s, now)
+            assert park >= 0.0 and not math.isnan(park)
+            if name == "adaptive":
+                assert park <= p.max_park
+            if name == "fill_rate":
+                assert park <= 1.0 + 1e-9
