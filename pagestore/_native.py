@@ -1,0 +1,505 @@
+"""The thin binding over the C core (docs/native-api.md).
+
+The only importer of the cffi extension `pagestore._core`. It checks
+arguments before crossing into C, turns C status codes into exceptions from
+`pagestore.errors` (plus `Retry` for the rolled-back writes the caller may
+retry after making room), and runs the two Python callbacks the core calls
+while it holds its tree lock: `read_page` on a page miss and `wal_segment`
+when the WAL needs its next segment.
+
+Hot paths (`get`, `put`, `delete`) are closures bound per Core with the C
+function, the core pointer and a per-thread output buffer in locals: one C
+call and one `ffi.unpack` per `get`. `close()` must not race with calls.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import threading
+from array import array
+
+from . import errors as _errors
+from ._core import ffi, lib
+
+PS_OK = lib.PS_OK
+PS_E_NOMEM = lib.PS_E_NOMEM
+PS_E_CKPT_FULL = lib.PS_E_CKPT_FULL
+PS_E_CORRUPT = lib.PS_E_CORRUPT
+PS_E_IO = lib.PS_E_IO
+PS_E_TOO_LARGE = lib.PS_E_TOO_LARGE
+PS_E_ARG = lib.PS_E_ARG
+PS_E_WAL_FULL = lib.PS_E_WAL_FULL
+PS_E_NOT_FOUND = lib.PS_E_NOT_FOUND
+PS_E_NEED_SPACE = lib.PS_E_NEED_SPACE
+
+MAX_KEY = lib.PS_MAX_KEY
+MAX_VALUE = lib.PS_MAX_VALUE
+MIN_PAGE_SIZE = lib.PS_MIN_PAGE
+MAX_PAGE_SIZE = lib.PS_MAX_PAGE
+
+PAGE_META = lib.PS_PAGE_META
+PAGE_LEAF = lib.PS_PAGE_LEAF
+PAGE_INNER = lib.PS_PAGE_INNER
+PAGE_OVERFLOW = lib.PS_PAGE_OVERFLOW
+PAGE_FREELIST = lib.PS_PAGE_FREELIST
+
+REC_PUT = lib.PS_REC_PUT
+REC_DELETE = lib.PS_REC_DELETE
+REC_COMMIT = lib.PS_REC_COMMIT
+REC_CHECKPOINT = lib.PS_REC_CHECKPOINT
+REC_PAGE_SNAPSHOT = lib.PS_REC_PAGE_SNAPSHOT
+REC_PAGE_DELTA = lib.PS_REC_PAGE_DELTA
+REC_ROLLBACK = lib.PS_REC_ROLLBACK
+
+OP_PUT = 1
+OP_DELETE = 2
+
+_GET_BUF = 64 << 10
+_SCAN_CHUNK = 128 << 10
+_SIGNAL_FIELDS = tuple(name for name, _ in ffi.typeof("ps_signals").fields)
+_VERIFY_FIELDS = tuple(name for name, _ in ffi.typeof("ps_verify_info").fields)
+_OP_HDR = struct.Struct("<BII")
+
+
+class NativeError(_errors.Error):
+    """A C core status that is not one of the typed errors. `code` is the status."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+class Retry(_errors.Error):
+    """A write the core rolled back completely (page memory full, checkpoint
+    buffer full, or no WAL segment). `code` is the status; `page` the page id
+    that could not be copied into the checkpoint buffer (PS_E_CKPT_FULL)."""
+
+    def __init__(self, code: int, page: int = 0):
+        names = {PS_E_NOMEM: "page memory is full of dirty or in-checkpoint pages",
+                 PS_E_CKPT_FULL: f"checkpoint buffer full (page {page})",
+                 PS_E_WAL_FULL: "no WAL segment could be had"}
+        super().__init__(names.get(code, f"status {code}"))
+        self.code = code
+        self.page = page
+
+
+class _Callbacks:
+    """What the C callbacks reach through their handle (no link back to Core)."""
+
+    __slots__ = ("read_page", "wal_segment", "page_size", "tls", "wal_keep", "seg_size")
+
+    def __init__(self, read_page, wal_segment, page_size):
+        self.read_page = read_page
+        self.wal_segment = wal_segment
+        self.page_size = page_size
+        self.tls = threading.local()
+        self.wal_keep = []
+        self.seg_size = 0
+
+
+@ffi.def_extern()
+def ps_py_read_page(handle, page_id, buf):
+    cb = ffi.from_handle(handle)
+    try:
+        if cb.read_page is None:
+            raise _errors.CorruptionError(f"page {page_id} is not in memory and there is no page file")
+        cb.read_page(page_id, memoryview(ffi.buffer(buf, cb.page_size)))
+        return 0
+    except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
+        cb.tls.exc = e
+        return -1
+
+
+@ffi.def_extern()
+def ps_py_wal_segment(handle, seq, base_out):
+    cb = ffi.from_handle(handle)
+    try:
+        buf = None if cb.wal_segment is None else cb.wal_segment(seq)
+        if buf is None:
+            return -1
+        ptr = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+        if len(ptr) < cb.seg_size:
+            raise ValueError(f"WAL segment {seq}: buffer of {len(ptr)} bytes, need {cb.seg_size}")
+        cb.wal_keep = [cb.wal_keep[-1], (buf, ptr)] if cb.wal_keep else [(buf, ptr)]
+        base_out[0] = ptr
+        return 0
+    except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
+        cb.tls.exc = e
+        return -1
+
+
+def _u64_array(page_ids):
+    """A uint64_t[] cdata over page_ids (array('Q'), numpy uint64, or any iterable)."""
+    if isinstance(page_ids, array) and page_ids.typecode == "Q":
+        return ffi.from_buffer("uint64_t[]", page_ids), len(page_ids)
+    try:
+        mv = memoryview(page_ids)
+        if mv.format in ("Q", "<Q", "=Q", "L") and mv.itemsize == 8 and mv.c_contiguous:
+            return ffi.from_buffer("uint64_t[]", mv), len(mv)
+    except TypeError:
+        pass
+    a = array("Q", page_ids)
+    return ffi.from_buffer("uint64_t[]", a), len(a)
+
+
+class Core:
+    """One C core: page memory, B+tree, WAL encoder, checkpoint hooks."""
+
+    def __init__(self, page_size: int, memory_size: int, checkpoint_buffer_size: int,
+                 page_reserve: int = 0, read_page=None, wal_segment=None,
+                 physical_wal: bool = False):
+        if page_size < MIN_PAGE_SIZE or page_size > MAX_PAGE_SIZE or page_size & (page_size - 1):
+            raise ValueError(f"page_size must be a power of two in {MIN_PAGE_SIZE}..{MAX_PAGE_SIZE}")
+        if memory_size // page_size < 8:
+            raise ValueError("memory_size must hold at least 8 pages")
+        if page_reserve < 0 or page_reserve > page_size // 4 or page_reserve % 8:
+            raise ValueError("page_reserve must be a multiple of 8 and at most page_size/4")
+        if checkpoint_buffer_size < 0:
+            raise ValueError("checkpoint_buffer_size must be >= 0")
+        self.page_size = page_size
+        self._cb = _Callbacks(read_page, wal_segment, page_size)
+        self._handle = ffi.new_handle(self._cb)
+        self.signals = ffi.new("ps_signals *")   # owned here: valid even after close()
+        out = ffi.new("ps_core **")
+        rc = lib.ps_create(page_size, memory_size, checkpoint_buffer_size, page_reserve,
+                           1 if physical_wal else 0, self._handle, self.signals, out)
+        if rc != PS_OK:
+            raise MemoryError(f"cannot create the C core (status {rc})") if rc == PS_E_NOMEM \
+                else ValueError(f"bad C core parameters (status {rc})")
+        self._c = out[0]
+        self.max_key = lib.ps_max_key(self._c)
+        self.max_inline = lib.ps_max_inline(self._c)
+        self.physical_wal = bool(physical_wal)
+        self._tls = threading.local()
+        self._wal_buf = None
+        self._bind()
+
+    # -- errors ----------------------------------------------------------------
+    def _raise(self, rc: int, key_len: int = 0, value_len: int = 0):
+        exc = getattr(self._cb.tls, "exc", None)
+        if exc is not None:
+            self._cb.tls.exc = None
+            raise exc
+        if rc in (PS_E_NOMEM, PS_E_CKPT_FULL, PS_E_WAL_FULL):
+            raise Retry(rc, lib.ps_blocked_page(self._c) if rc == PS_E_CKPT_FULL else 0)
+        msg = ffi.string(lib.ps_errmsg(self._c)).decode("utf-8", "replace")
+        if rc == PS_E_CORRUPT:
+            e = _errors.CorruptionError(msg or "page failed its checks")
+            e.page = lib.ps_bad_page(self._c)
+            raise e
+        if rc == PS_E_TOO_LARGE:
+            if value_len > MAX_VALUE:
+                raise _errors.ValueTooLargeError(f"value of {value_len} bytes (MAX_VALUE {MAX_VALUE})")
+            if key_len > self.max_key:
+                raise _errors.KeyTooLargeError(
+                    f"key of {key_len} bytes (max {self.max_key} with {self.page_size}-byte pages)")
+            raise _errors.ValueTooLargeError("record too large for one WAL segment")
+        if rc == PS_E_ARG:
+            raise ValueError(msg or "bad argument to the C core")
+        raise NativeError(msg or f"C core status {rc}", rc)
+
+    # -- hot paths ---------------------------------------------------------------
+    def _bind(self):
+        c, tls, raise_ = self._c, self._tls, self._raise
+        _get, _put, _delete, _unpack = lib.ps_get, lib.ps_put, lib.ps_delete, ffi.unpack
+        new, cap0, NOT_FOUND = ffi.new, _GET_BUF, PS_E_NOT_FOUND
+
+        def get(key):
+            """The value of key, or None."""
+            try:
+                buf = tls.gbuf
+            except AttributeError:
+                buf = tls.gbuf = new("char[]", cap0)
+            n = _get(c, key, len(key), buf, cap0)
+            if n >= 0:
+                if n <= cap0:
+                    return _unpack(buf, n)
+                big = new("char[]", n)
+                n2 = _get(c, key, len(key), big, n)
+                while n2 > n:                       # replaced meanwhile by a larger value
+                    n = n2
+                    big = new("char[]", n)
+                    n2 = _get(c, key, len(key), big, n)
+                if n2 >= 0:
+                    return _unpack(big, n2)
+                n = n2
+            if n == NOT_FOUND:
+                return None
+            raise_(n, len(key))
+
+        def put(key, value):
+            """Insert or replace; returns the end LSN of its WAL record (0 without WAL)."""
+            r = _put(c, key, len(key), value, len(value))
+            if r >= 0:
+                return r
+            raise_(r, len(key), len(value))
+
+        def delete(key):
+            """Remove key; returns the end LSN of its record, or -1 if it was absent."""
+            r = _delete(c, key, len(key))
+            if r >= 0:
+                return r
+            if r == NOT_FOUND:
+                return -1
+            raise_(r, len(key))
+
+        self.get, self.put, self.delete = get, put, delete
+
+    # -- lifetime --------------------------------------------------------------
+    def format_new(self) -> None:
+        """Build the meta page and an empty root leaf in memory (a new store)."""
+        rc = lib.ps_format_new(self._c)
+        if rc:
+            self._raise(rc)
+
+    def open_existing(self, page_count: int) -> None:
+        """Read the meta page (page 0) through read_page; page_count is the file's."""
+        rc = lib.ps_open_existing(self._c, page_count)
+        if rc:
+            self._raise(rc)
+
+    def wal_attach(self, buf, seg_size: int, seq: int, offset: int, prev_end_lsn: int,
+                   write_header: bool) -> None:
+        """Append WAL records into buf (segment seq) from offset on."""
+        ptr = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+        if len(ptr) < seg_size:
+            raise ValueError(f"segment buffer of {len(ptr)} bytes, segment_size {seg_size}")
+        self._cb.seg_size = seg_size
+        rc = lib.ps_wal_attach(self._c, ptr, seg_size, seq, offset, prev_end_lsn,
+                               1 if write_header else 0)
+        if rc:
+            self._raise(rc)
+        self._cb.wal_keep = [(buf, ptr)]
+
+    def wal_disable(self) -> None:
+        """Log nothing from now on (tests of the tree alone)."""
+        lib.ps_wal_disable(self._c)
+        self._cb.wal_keep = []
+
+    def close(self) -> None:
+        c, self._c = self._c, None
+        if c is not None:
+            lib.ps_destroy(c)
+            self.get = self.put = self.delete = self._closed
+
+    @staticmethod
+    def _closed(*_args):
+        raise _errors.ClosedError("the C core is closed")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # -- batches, replay, records -----------------------------------------------
+    def apply_batch(self, ops: bytes, txid: int = 0) -> int:
+        """Apply packed ops atomically; returns the end LSN of the COMMIT record.
+
+        txid 0 picks a fresh one (the WAL end LSN, which never repeats)."""
+        r = lib.ps_apply_batch(self._c, ops, len(ops), txid)
+        if r >= 0:
+            return r
+        if r == PS_E_TOO_LARGE:
+            for op, k, v in unpack_ops(ops):
+                if len(k) > self.max_key or len(v) > MAX_VALUE:
+                    self._raise(r, len(k), len(v))
+        self._raise(r)
+
+    def apply_log(self, records: bytes) -> int:
+        """Replay raw PUT/DELETE records (block headers removed) without logging."""
+        r = lib.ps_apply_log(self._c, records, len(records))
+        if r >= 0:
+            return r
+        self._raise(r)
+
+    def log_record(self, type: int, payload: bytes) -> int:  # noqa: A002 - the doc's name
+        """Append a Python-made record; returns its end LSN (0 without WAL)."""
+        r = lib.ps_log_record(self._c, type, payload, len(payload))
+        if r >= 0:
+            return r
+        self._raise(r)
+
+    def scan_batch(self, lo, lo_incl, hi, hi_incl, reverse, max_bytes) -> list:
+        """Items (key, value) in order within the bounds (None = unbounded): at
+        least one if any exists, about max_bytes of keys and values at most.
+        Batches are capped at _SCAN_CHUNK bytes: a batch that fits in cache
+        unpickles about twice as fast as a 1 MiB one."""
+        tls = self._tls
+        if max_bytes > _SCAN_CHUNK:
+            max_bytes = _SCAN_CHUNK
+        cap = max(64 << 10, 2 * max_bytes + 4096)
+        buf = getattr(tls, "sbuf", None)
+        if buf is None or len(buf) < cap:
+            buf = tls.sbuf = ffi.new("char[]", cap)
+            tls.slen = ffi.new("size_t *")
+        outlen = tls.slen
+        while True:
+            n = lib.ps_scan(self._c, b"" if lo is None else lo, 0 if lo is None else len(lo),
+                            lo is not None, bool(lo_incl),
+                            b"" if hi is None else hi, 0 if hi is None else len(hi),
+                            hi is not None, bool(hi_incl), bool(reverse), max_bytes,
+                            buf, len(buf), outlen)
+            if n >= 0:
+                return pickle.loads(ffi.buffer(buf, outlen[0]))
+            if n != PS_E_NEED_SPACE:
+                self._raise(n)
+            buf = tls.sbuf = ffi.new("char[]", outlen[0] + 4096)
+
+    def count(self) -> int:
+        return lib.ps_count(self._c)
+
+    def height(self) -> int:
+        return lib.ps_height(self._c)
+
+    def verify(self) -> dict:
+        """Walk every reachable page and the freelist; raises CorruptionError."""
+        info = ffi.new("ps_verify_info *")
+        rc = lib.ps_verify(self._c, info)
+        if rc:
+            self._raise(rc)
+        return {name: getattr(info, name) for name in _VERIFY_FIELDS}
+
+    def page_image(self, page_id: int):
+        """The page as it is in page memory (crc field 0), or None if not resident."""
+        out = bytearray(self.page_size)
+        rc = lib.ps_read_live_page(self._c, page_id, ffi.from_buffer(out))
+        return bytes(out) if rc == PS_OK else None
+
+    # -- checkpoint hooks --------------------------------------------------------
+    def ckpt_begin(self, checkpoint_id: int, payload: bytes = b""):
+        """Snapshot + flag the dirty pages, log CHECKPOINT; returns (page_ids, lsn),
+        lsn being where the CHECKPOINT record starts (0 without WAL)."""
+        ids_p = ffi.new("uint64_t **")
+        n_p = ffi.new("uint64_t *")
+        lsn_p = ffi.new("uint64_t *")
+        rc = lib.ps_ckpt_begin(self._c, checkpoint_id, payload, len(payload), ids_p, n_p, lsn_p)
+        if rc:
+            self._raise(rc)
+        ids = array("Q")
+        if n_p[0]:
+            ids.frombytes(ffi.buffer(ids_p[0], n_p[0] * 8))
+        return ids, lsn_p[0]
+
+    def ckpt_copy(self, page_ids, out) -> None:
+        """Checkpoint images (COW copy or live page) of page_ids into out, CRC stamped."""
+        ids, n = _u64_array(page_ids)
+        dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
+        if len(dst) < n * self.page_size:
+            raise ValueError(f"out holds {len(dst)} bytes, {n} pages need {n * self.page_size}")
+        rc = lib.ps_ckpt_copy(self._c, ids, n, dst)
+        if rc:
+            self._raise(rc)
+
+    def ckpt_release(self, page_ids) -> None:
+        """Pages written in place: clear their in-checkpoint flag, free COW copies."""
+        ids, n = _u64_array(page_ids)
+        lib.ps_ckpt_release(self._c, ids, n)
+
+    def ckpt_end(self) -> None:
+        lib.ps_ckpt_end(self._c)
+
+    def set_throttle_thresholds(self, cow_fraction: float, dirty_fraction: float) -> None:
+        lib.ps_set_throttle_thresholds(self._c, float(cow_fraction), float(dirty_fraction))
+
+    @property
+    def blocked_page(self) -> int:
+        return lib.ps_blocked_page(self._c)
+
+    @property
+    def bad_page(self) -> int:
+        return lib.ps_bad_page(self._c)
+
+    def stats(self) -> dict:
+        s = self.signals
+        out = {name: getattr(s, name) for name in _SIGNAL_FIELDS}
+        out["max_key"] = self.max_key
+        out["max_inline_value"] = self.max_inline
+        return out
+
+
+# -- batches --------------------------------------------------------------------
+
+def pack_ops(ops) -> bytes:
+    """Pack (op, key, value) triples (op 1 put, 2 delete) for Core.apply_batch."""
+    hdr = _OP_HDR.pack
+    parts = []
+    ext = parts.extend
+    for op, k, v in ops:
+        if op == OP_DELETE:
+            ext((hdr(2, len(k), 0), k))
+        elif op == OP_PUT:
+            ext((hdr(1, len(k), len(v)), k, v))
+        else:
+            raise ValueError(f"unknown op {op!r}")
+    return b"".join(parts)
+
+
+def unpack_ops(data: bytes):
+    """The (op, key, value) triples of a packed batch (inverse of pack_ops)."""
+    mv = memoryview(data)
+    off, n = 0, len(mv)
+    while off < n:
+        op, kl, vl = _OP_HDR.unpack_from(mv, off)
+        off += 9
+        yield op, bytes(mv[off:off + kl]), bytes(mv[off + kl:off + kl + vl])
+        off += kl + vl
+
+
+# -- page helpers -------------------------------------------------------------------
+
+def crc32c(data, crc: int = 0) -> int:
+    """CRC32C of data (hardware when available), chained from crc."""
+    buf = ffi.from_buffer(data)
+    return lib.ps_crc32c(crc, buf, len(buf))
+
+
+def crc32c_software(data, crc: int = 0) -> int:
+    buf = ffi.from_buffer(data)
+    return lib.ps_crc32c_sw(crc, buf, len(buf))
+
+
+def crc32c_hardware_available() -> bool:
+    return bool(lib.ps_crc32c_hw_available())
+
+
+def seal_page(buf, page_id: int, page_size: int | None = None) -> None:
+    """Stamp the page id and CRC into a page image (writable buffer)."""
+    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    ps = len(p) if page_size is None else page_size
+    if ps > len(p) or ps < 32:
+        raise ValueError("buffer shorter than the page")
+    lib.ps_seal_page(p, ps, page_id)
+
+
+def check_page(buf, page_id: int) -> bool:
+    """True if the on-disk image passes its CRC and page-id checks."""
+    p = ffi.from_buffer("uint8_t[]", buf)
+    return len(p) >= 32 and bool(lib.ps_check_page(p, len(p), page_id))
+
+
+_META = struct.Struct("<8sII QQQQ II")
+
+
+def file_header_info(head):
+    """Fields of the meta page (page 0) from its first bytes, or None if the
+    magic is not ours. Does not check the CRC (head may be a partial page)."""
+    head = bytes(head[:32 + _META.size])
+    if len(head) < 32 + _META.size:
+        return None
+    magic, version, page_size, root, page_count, free_head, key_count, height, reserve = \
+        _META.unpack_from(head, 32)
+    if magic != b"PAGESTOR":
+        return None
+    return {"format_version": version, "page_size": page_size, "root": root,
+            "page_count": page_count, "freelist_head": free_head, "key_count": key_count,
+            "height": height, "page_reserve": reserve,
+            "checkpoint_id": struct.unpack_from("<Q", head, 16)[0]}
+
+
+__all__ = [
+    "Core", "Retry", "NativeError", "pack_ops", "unpack_ops", "seal_page", "check_page",
+    "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
+    "MAX_KEY", "MAX_VALUE",
+]

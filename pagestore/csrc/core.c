@@ -1,0 +1,546 @@
+/* Public entry points of the C core: lifetime, the tree lock, operations
+ * with their WAL records, batches, replay and the checkpoint hooks.
+ *
+ * Locking (docs/architecture.md): get/scan/ckpt_copy take the read side of
+ * the writer-preferring tree lock; a reader that meets a page miss drops it
+ * and redoes the whole call under the write side, where loads may happen.
+ * Everything else takes the write side.  The tree lock is also DESIGN.md's
+ * checkpoint lock: ckpt_begin runs under it, so the dirty-page snapshot and
+ * the CHECKPOINT record sit at one point of the operation order. */
+#include <sys/mman.h>
+
+#include "ps_internal.h"
+
+/* Page-aligned memory; large regions are 2 MiB aligned and asked to use
+ * transparent huge pages (random page access is TLB-bound otherwise). */
+static void *aligned(size_t n) {
+    void *p = NULL;
+    size_t align = n >= (4u << 20) ? (2u << 20) : 4096;
+    if (n == 0) n = 4096;
+    if (posix_memalign(&p, align, n) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align > 4096) madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_size,
+              uint32_t page_reserve, int physical_wal, void *handle, ps_signals *signals,
+              ps_core **out) {
+    *out = NULL;
+    if (page_size < PS_MIN_PAGE || page_size > PS_MAX_PAGE || (page_size & (page_size - 1)))
+        return PS_E_ARG;
+    if (page_reserve > page_size / 4 || page_reserve % 8) return PS_E_ARG;
+    uint64_t nslots = memory_size / page_size;
+    if (nslots < 8 || nslots > 0x7FFFFFFFull) return PS_E_ARG;
+    uint64_t ncow = ckpt_buffer_size / page_size;
+    if (ncow > 0x7FFFFFFFull) return PS_E_ARG;
+    ps_core *c = calloc(1, sizeof *c);
+    if (!c) return PS_E_NOMEM;
+    c->sig = signals ? signals : &c->own_sig;
+    memset(c->sig, 0, sizeof *c->sig);
+    c->page_size = page_size;
+    c->reserve = page_reserve;
+    c->usable = page_size - page_reserve;
+    c->max_cell = (c->usable - INNER_SLOTS) / 3 - SLOT_SZ;
+    c->leaf_inline_max = c->max_cell;
+    c->max_key = c->max_cell - 14 < PS_MAX_KEY ? c->max_cell - 14 : PS_MAX_KEY;
+    c->physical = physical_wal != 0;
+    c->handle = handle;
+    c->nslots = (uint32_t)nslots;
+    c->ncow = (uint32_t)ncow;
+    uint64_t ptn = 16;
+    int bits = 4;
+    while (ptn < 2 * nslots) { ptn <<= 1; bits++; }
+    c->pt_mask = ptn - 1;
+    c->pt_shift = 64 - bits;
+    size_t maxcells = page_size / 8 + 2;
+    c->mem = aligned((size_t)nslots * page_size);
+    c->slots = aligned(nslots * sizeof *c->slots);
+    c->free_slots = malloc(nslots * sizeof *c->free_slots);
+    c->pt = aligned(ptn * sizeof *c->pt);
+    c->cow_mem = aligned((size_t)ncow * page_size);
+    c->cow_free = malloc((ncow + 1) * sizeof *c->cow_free);
+    c->scratch = aligned(3 * (size_t)page_size);
+    c->cellbuf[0] = malloc(page_size);
+    c->cellbuf[1] = malloc(page_size);
+    c->cellp = malloc(maxcells * sizeof *c->cellp);
+    c->cells = malloc(maxcells * sizeof *c->cells);
+    c->zero_page = calloc(1, page_size);
+    c->ckpt_ids = malloc(nslots * sizeof *c->ckpt_ids);
+    c->ckpt_ids_cap = nslots;
+    if (!c->mem || !c->slots || !c->free_slots || !c->pt || !c->cow_mem || !c->cow_free ||
+        !c->scratch || !c->cellbuf[0] || !c->cellbuf[1] || !c->cellp || !c->cells ||
+        !c->zero_page || !c->ckpt_ids) {
+        ps_destroy(c);
+        return PS_E_NOMEM;
+    }
+    memset(c->slots, 0, nslots * sizeof *c->slots);
+    for (uint64_t i = 0; i < ptn; i++) c->pt[i].id = PT_EMPTY;
+    for (uint32_t i = 0; i < c->nslots; i++) c->free_slots[i] = c->nslots - 1 - i;
+    c->nfree = c->nslots;
+    for (uint32_t i = 0; i < c->ncow; i++) c->cow_free[i] = c->ncow - 1 - i;
+    c->ncow_free = c->ncow;
+    c->op_epoch = 1;
+    c->sig->slots_total = nslots;
+    c->sig->cow_capacity = ncow;
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&c->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    ps_set_throttle_thresholds(c, 2.0 / 3.0, 0.75);
+    *out = c;
+    return PS_OK;
+}
+
+void ps_destroy(ps_core *c) {
+    if (!c) return;
+    if (c->slots) pthread_rwlock_destroy(&c->lock);
+    free(c->mem); free(c->slots); free(c->free_slots); free(c->pt); free(c->cow_mem);
+    free(c->cow_free); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]);
+    free(c->cellp); free(c->cells); free(c->zero_page); free(c->ckpt_ids);
+    free(c->undo); free(c->undo_img); free(c->pins);
+    free(c);
+}
+
+ps_signals *ps_get_signals(ps_core *c) { return c->sig; }
+uint64_t ps_bad_page(ps_core *c) { return c->bad_page; }
+uint64_t ps_blocked_page(ps_core *c) { return c->blocked_page; }
+const char *ps_errmsg(ps_core *c) { return c->errmsg; }
+uint32_t ps_max_key(ps_core *c) { return c->max_key; }
+uint32_t ps_max_inline(ps_core *c) { return c->leaf_inline_max - LEAF_CELL_HDR; }
+
+void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction) {
+    pthread_rwlock_wrlock(&c->lock);
+    c->thr_cow = cow_fraction > 0 ? (uint64_t)(cow_fraction * c->ncow + 0.999999) : 0;
+    if (c->thr_cow == 0 && cow_fraction > 0) c->thr_cow = 1;
+    c->thr_dirty = dirty_fraction > 0 ? (uint64_t)(dirty_fraction * c->nslots + 0.999999) : 0;
+    if (c->thr_dirty == 0 && dirty_fraction > 0) c->thr_dirty = 1;
+    update_throttle(c);
+    pthread_rwlock_unlock(&c->lock);
+}
+
+int ps_format_new(ps_core *c) {
+    pthread_rwlock_wrlock(&c->lock);
+    int rc = PS_E_ARG;
+    if (c->ready) goto out;
+    memset(&c->meta, 0, sizeof c->meta);
+    c->meta.page_count = 0;
+    op_begin(c, 0);
+    uint64_t id0, id1;
+    int64_t s0 = page_new(c, PS_PAGE_META, &id0);
+    if (s0 < 0) { rc = (int)s0; goto out; }
+    int64_t s1 = page_new(c, PS_PAGE_LEAF, &id1);
+    if (s1 < 0) { rc = (int)s1; goto out; }
+    leaf_init(c, slot_page(c, (uint32_t)s1));
+    c->meta.root = id1;
+    c->meta.height = 1;
+    meta_to_page(c, slot_page(c, (uint32_t)s0));
+    c->slots[s0].pin = 1;          /* the meta page stays resident */
+    op_commit(c);
+    c->ready = 1;
+    rc = PS_OK;
+out:
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+int ps_open_existing(ps_core *c, uint64_t page_count) {
+    pthread_rwlock_wrlock(&c->lock);
+    int rc = PS_E_ARG;
+    if (c->ready) goto out;
+    c->meta.page_count = 1;
+    int64_t s = page_fetch(c, 0, 1);
+    if (s < 0) { rc = (int)s; goto out; }
+    const uint8_t *p = slot_page(c, (uint32_t)s);
+    rc = PS_E_CORRUPT;
+    c->bad_page = 0;
+    if (rd16(p + H_TYPE) != PS_PAGE_META || memcmp(p + M_MAGIC, "PAGESTOR", 8) != 0) {
+        set_err(c, rc, "page 0 is not a pagestore meta page");
+        goto drop;
+    }
+    if (rd32(p + M_VERSION) != PS_META_VERSION || rd32(p + M_PAGESIZE) != c->page_size ||
+        rd32(p + M_RESERVE) != c->reserve) {
+        set_err(c, rc, "meta page: version %u, page_size %u, reserve %u do not match",
+                rd32(p + M_VERSION), rd32(p + M_PAGESIZE), rd32(p + M_RESERVE));
+        goto drop;
+    }
+    c->meta.root = rd64(p + M_ROOT);
+    c->meta.page_count = rd64(p + M_PAGECOUNT);
+    c->meta.free_head = rd64(p + M_FREEHEAD);
+    c->meta.key_count = rd64(p + M_KEYCOUNT);
+    c->meta.height = rd32(p + M_HEIGHT);
+    if (c->meta.page_count < 2 || c->meta.root == 0 || c->meta.root >= c->meta.page_count ||
+        c->meta.height < 1 || c->meta.free_head >= c->meta.page_count) {
+        set_err(c, rc, "meta page fields out of range");
+        goto drop;
+    }
+    if (page_count && page_count < c->meta.page_count) {
+        set_err(c, rc, "page file holds %llu pages, meta page says %llu",
+                (unsigned long long)page_count, (unsigned long long)c->meta.page_count);
+        goto drop;
+    }
+    c->slots[s].pin = 1;
+    c->ready = 1;
+    rc = PS_OK;
+    goto out;
+drop:
+    pt_remove(c, 0);
+    c->slots[s].used = 0;
+    c->free_slots[c->nfree++] = (uint32_t)s;
+    c->sig->slots_used--;
+    memset(&c->meta, 0, sizeof c->meta);
+out:
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+/* ---- operations ----------------------------------------------------------- */
+
+static int log_put(ps_core *c, uint64_t txid, const char *key, size_t klen, const char *val,
+                   size_t vlen, uint64_t *end) {
+    uint8_t h[16];
+    wr64(h, txid);
+    wr32(h + 8, (uint32_t)klen);
+    wr32(h + 12, (uint32_t)vlen);
+    wpart parts[3] = {{h, 16}, {key, klen}, {val, vlen}};
+    return wal_append(c, PS_REC_PUT, parts, 3, NULL, end);
+}
+
+static int log_delete(ps_core *c, uint64_t txid, const char *key, size_t klen, uint64_t *end) {
+    uint8_t h[12];
+    wr64(h, txid);
+    wr32(h + 8, (uint32_t)klen);
+    wpart parts[2] = {{h, 12}, {key, klen}};
+    return wal_append(c, PS_REC_DELETE, parts, 2, NULL, end);
+}
+
+int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t vlen) {
+    if (klen > c->max_key || vlen > PS_MAX_VALUE) return PS_E_TOO_LARGE;
+    uint64_t end = 0;
+    pthread_rwlock_wrlock(&c->lock);
+    op_begin(c, 1);
+    int rc = bt_put(c, (const uint8_t *)key, klen, (const uint8_t *)val, vlen, 1, NULL);
+    if (!rc && c->guarded) rc = wal_physical(c);
+    if (!rc) rc = log_put(c, 0, key, klen, val, vlen, &end);
+    if (rc) op_rollback(c);
+    else op_commit(c);
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : (int64_t)end;
+}
+
+int64_t ps_delete(ps_core *c, const char *key, size_t klen) {
+    if (klen > PS_MAX_KEY) return PS_E_TOO_LARGE;
+    if (klen > c->max_key) return PS_E_NOT_FOUND;
+    uint64_t end = 0;
+    pthread_rwlock_wrlock(&c->lock);
+    op_begin(c, 1);
+    int rc = bt_delete(c, (const uint8_t *)key, klen, 1, NULL);
+    if (!rc && c->guarded) rc = wal_physical(c);
+    if (!rc) rc = log_delete(c, 0, key, klen, &end);
+    if (rc) op_rollback(c);
+    else op_commit(c);
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : (int64_t)end;
+}
+
+int64_t ps_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap) {
+    if (klen > PS_MAX_KEY) return PS_E_TOO_LARGE;
+    if (klen > c->max_key) return PS_E_NOT_FOUND;
+    pthread_rwlock_rdlock(&c->lock);
+    int64_t r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
+    pthread_rwlock_unlock(&c->lock);
+    if (r != PS_RETRY) return r;
+    pthread_rwlock_wrlock(&c->lock);
+    r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 1);
+    unpin_op_all(c);
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
+/* Entries: op u8 (1 put, 2 delete) | klen u32 | vlen u32 | key | value */
+static int batch_check(ps_core *c, const uint8_t *b, size_t len, uint64_t *nops) {
+    size_t off = 0;
+    uint64_t n = 0;
+    while (off < len) {
+        if (len - off < 9) return PS_E_ARG;
+        uint8_t op = b[off];
+        uint32_t kl = rd32(b + off + 1), vl = rd32(b + off + 5);
+        if ((op != 1 && op != 2) || (op == 2 && vl != 0)) return PS_E_ARG;
+        if ((uint64_t)kl + vl > len - off - 9) return PS_E_ARG;
+        if (kl > (op == 1 ? c->max_key : PS_MAX_KEY) || vl > PS_MAX_VALUE) return PS_E_TOO_LARGE;
+        off += 9 + (size_t)kl + vl;
+        n++;
+    }
+    *nops = n;
+    return 0;
+}
+
+int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
+    const uint8_t *b = (const uint8_t *)ops;
+    uint64_t nops, end = 0;
+    int rc = batch_check(c, b, len, &nops);
+    if (rc) return rc;
+    pthread_rwlock_wrlock(&c->lock);
+    if (txid == 0) txid = c->wal_on ? c->sig->wal_end_lsn : 1;
+    op_begin(c, 1);
+    int logged = 0;
+    uint32_t done = 0;
+    for (size_t off = 0; off < len;) {
+        uint8_t op = b[off];
+        uint32_t kl = rd32(b + off + 1), vl = rd32(b + off + 5);
+        const char *k = ops + off + 9, *v = k + kl;
+        off += 9 + (size_t)kl + vl;
+        if (op == 1) {
+            rc = bt_put(c, (const uint8_t *)k, kl, (const uint8_t *)v, vl, 0, NULL);
+        } else if (kl > c->max_key) {
+            rc = 0;
+        } else {
+            rc = bt_delete(c, (const uint8_t *)k, kl, 0, NULL);
+            if (rc == PS_E_NOT_FOUND) rc = 0;
+        }
+        unpin_op_all(c);
+        if (rc) break;
+        rc = op == 1 ? log_put(c, txid, k, kl, v, vl, NULL) : log_delete(c, txid, k, kl, NULL);
+        if (rc) break;
+        logged |= c->wal_on;
+        done++;
+    }
+    if (!rc) rc = wal_physical(c);
+    if (!rc) {
+        uint8_t h[12];
+        wr64(h, txid);
+        wr32(h + 8, done);
+        wpart parts[1] = {{h, 12}};
+        rc = wal_append(c, PS_REC_COMMIT, parts, 1, NULL, &end);
+    }
+    if (rc) {
+        op_rollback(c);
+        if (logged) {
+            uint8_t h[8];
+            wr64(h, txid);
+            wpart parts[1] = {{h, 8}};
+            wal_append(c, PS_REC_ROLLBACK, parts, 1, NULL, NULL);
+        }
+    } else {
+        op_commit(c);
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : (int64_t)end;
+}
+
+int64_t ps_apply_log(ps_core *c, const char *recs, size_t len) {
+    const uint8_t *b = (const uint8_t *)recs;
+    /* check every record before applying any */
+    for (size_t off = 0; off < len;) {
+        if (len - off < PS_WAL_REC_HDR) return PS_E_ARG;
+        uint32_t rl = rd32(b + off + 4);
+        if (rl < PS_WAL_REC_HDR || rl > len - off) return PS_E_ARG;
+        uint8_t t = b[off + 16];
+        if (t == PS_REC_PUT) {
+            if (rl < PS_WAL_REC_HDR + 16) return PS_E_ARG;
+            uint32_t kl = rd32(b + off + 25), vl = rd32(b + off + 29);
+            if ((uint64_t)PS_WAL_REC_HDR + 16 + kl + vl != rl) return PS_E_ARG;
+            if (kl > c->max_key || vl > PS_MAX_VALUE) return PS_E_TOO_LARGE;
+        } else if (t == PS_REC_DELETE) {
+            if (rl < PS_WAL_REC_HDR + 12) return PS_E_ARG;
+            uint32_t kl = rd32(b + off + 25);
+            if ((uint64_t)PS_WAL_REC_HDR + 12 + kl != rl) return PS_E_ARG;
+        }
+        off += rl;
+    }
+    pthread_rwlock_wrlock(&c->lock);
+    op_begin(c, 1);
+    int rc = 0;
+    int64_t n = 0;
+    for (size_t off = 0; off < len;) {
+        uint32_t rl = rd32(b + off + 4);
+        uint8_t t = b[off + 16];
+        const uint8_t *pl = b + off + PS_WAL_REC_HDR;
+        if (t == PS_REC_PUT) {
+            uint32_t kl = rd32(pl + 8), vl = rd32(pl + 12);
+            rc = bt_put(c, pl + 16, kl, pl + 16 + kl, vl, 0, NULL);
+            n++;
+        } else if (t == PS_REC_DELETE) {
+            uint32_t kl = rd32(pl + 8);
+            rc = kl > c->max_key ? 0 : bt_delete(c, pl + 12, kl, 0, NULL);
+            if (rc == PS_E_NOT_FOUND) rc = 0;
+            n++;
+        }
+        unpin_op_all(c);
+        if (rc) break;
+        off += rl;
+    }
+    if (rc) op_rollback(c);
+    else op_commit(c);
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : n;
+}
+
+int64_t ps_scan(ps_core *c, const char *lo, size_t lolen, int has_lo, int lo_incl,
+                const char *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
+                size_t max_bytes, char *out, size_t cap, size_t *out_len) {
+    pthread_rwlock_rdlock(&c->lock);
+    int64_t r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi,
+                        hilen, has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap,
+                        out_len, 0);
+    pthread_rwlock_unlock(&c->lock);
+    if (r != PS_RETRY) return r;
+    pthread_rwlock_wrlock(&c->lock);
+    r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi, hilen,
+                has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap, out_len, 1);
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
+int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len) {
+    if (type < 1 || type > 255) return PS_E_ARG;
+    uint64_t end = 0;
+    pthread_rwlock_wrlock(&c->lock);
+    wpart parts[1] = {{payload, len}};
+    int rc = wal_append(c, (uint8_t)type, parts, 1, NULL, &end);
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : (int64_t)end;
+}
+
+int64_t ps_count(ps_core *c) {
+    pthread_rwlock_rdlock(&c->lock);
+    int64_t n = (int64_t)c->meta.key_count;
+    pthread_rwlock_unlock(&c->lock);
+    return n;
+}
+
+int64_t ps_height(ps_core *c) {
+    pthread_rwlock_rdlock(&c->lock);
+    int64_t n = (int64_t)c->meta.height;
+    pthread_rwlock_unlock(&c->lock);
+    return n;
+}
+
+int ps_verify(ps_core *c, ps_verify_info *info) {
+    pthread_rwlock_wrlock(&c->lock);
+    int rc = c->ready ? bt_verify(c, info) : PS_E_ARG;
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out) {
+    pthread_rwlock_rdlock(&c->lock);
+    int64_t s = pt_find(c, page_id);
+    if (s >= 0) memcpy(out, slot_page(c, (uint32_t)s), c->page_size);
+    pthread_rwlock_unlock(&c->lock);
+    return s >= 0 ? PS_OK : PS_E_NOT_FOUND;
+}
+
+/* ---- checkpoint hooks (DESIGN.md §3 step 1; ignite.md §3) ---------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
+                  uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out) {
+    pthread_rwlock_wrlock(&c->lock);
+    int rc = PS_E_ARG;
+    if (!c->ready || c->ckpt_active) goto out;
+    /* the meta fields reach page 0 only here, so page 0 in a checkpoint is
+     * always consistent with the pages of that checkpoint */
+    int64_t s0 = pt_find(c, 0);
+    uint8_t *m = slot_page(c, (uint32_t)s0);
+    uint8_t *tmp = c->scratch;
+    memcpy(tmp, m, c->page_size);
+    meta_to_page(c, tmp);
+    if (memcmp(tmp, m, c->page_size) != 0) {
+        op_begin(c, 0);
+        rc = page_w(c, (uint32_t)s0);
+        if (rc) goto out;
+        memcpy(m, tmp, c->page_size);
+        op_commit(c);
+    }
+    uint8_t h[8];
+    wr64(h, checkpoint_id);
+    wpart parts[2] = {{h, 8}, {payload, plen}};
+    uint64_t lsn = 0;
+    rc = wal_append(c, PS_REC_CHECKPOINT, parts, 2, &lsn, NULL);
+    if (rc) goto out;
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < c->nslots; s++) {
+        slot_t *sl = &c->slots[s];
+        if (!sl->used || !sl->dirty) continue;
+        sl->dirty = 0;
+        sl->inckpt = 1;
+        c->ckpt_ids[n++] = sl->page_id;
+    }
+    qsort(c->ckpt_ids, n, sizeof *c->ckpt_ids, cmp_u64);
+    c->sig->dirty_pages = 0;
+    c->sig->ckpt_pages = n;
+    __atomic_store_n(&c->sig->ckpt_written, 0, __ATOMIC_RELAXED);
+    c->sig->checkpoint_id = checkpoint_id;
+    c->ckpt_active = 1;
+    c->ckpt_id = checkpoint_id;
+    *ids_out = c->ckpt_ids;
+    *n_out = n;
+    *lsn_out = lsn;
+    update_throttle(c);
+    rc = PS_OK;
+out:
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
+    pthread_rwlock_rdlock(&c->lock);
+    int rc = PS_OK;
+    for (size_t i = 0; i < n; i++) {
+        int64_t s = pt_find(c, ids[i]);
+        if (s < 0 || !c->slots[s].inckpt) {
+            c->bad_page = ids[i];
+            rc = set_err(c, PS_E_ARG, "page %llu is not part of the running checkpoint",
+                         (unsigned long long)ids[i]);
+            break;
+        }
+        const slot_t *sl = &c->slots[s];
+        uint8_t *dst = out + i * (size_t)c->page_size;
+        memcpy(dst, sl->cow >= 0 ? cow_page(c, (uint32_t)sl->cow) : slot_page(c, (uint32_t)s),
+               c->page_size);
+        wr64(dst + H_CKPT, c->ckpt_id);
+        wr32(dst + H_CRC, ps_page_crc(dst, c->page_size));
+    }
+    if (rc == PS_OK) __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+static void release_slot(ps_core *c, slot_t *sl) {
+    sl->inckpt = 0;
+    if (sl->cow >= 0) {
+        c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
+        sl->cow = -1;
+        c->sig->cow_used--;
+    }
+    c->sig->ckpt_pages--;
+}
+
+int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
+    pthread_rwlock_wrlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        int64_t s = pt_find(c, ids[i]);
+        if (s >= 0 && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
+    }
+    update_throttle(c);
+    pthread_rwlock_unlock(&c->lock);
+    return PS_OK;
+}
+
+int ps_ckpt_end(ps_core *c) {
+    pthread_rwlock_wrlock(&c->lock);
+    for (uint32_t s = 0; s < c->nslots; s++)
+        if (c->slots[s].used && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
+    c->ckpt_active = 0;
+    c->sig->ckpt_pages = 0;
+    update_throttle(c);
+    pthread_rwlock_unlock(&c->lock);
+    return PS_OK;
+}

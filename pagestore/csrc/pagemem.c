@@ -1,0 +1,361 @@
+/* Page memory: one aligned region cut into page slots, a page table
+ * (page id -> slot, open addressing with linear probing and backward-shift
+ * deletion), clock replacement, the checkpoint buffer (copy-on-write), page
+ * allocation through the freelist, and the undo log of guarded operations.
+ *
+ * Invariant (DESIGN.md §4.6): replacement evicts only clean, unpinned pages
+ * that are not part of the running checkpoint; it never writes anything.
+ * The meta page (page 0) is pinned for the life of the core. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "ps_internal.h"
+
+int set_err(ps_core *c, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void pt_insert(ps_core *c, uint64_t id, uint32_t s) {
+    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
+    while (c->pt[h].id != PT_EMPTY) h = (h + 1) & c->pt_mask;
+    c->pt[h].id = id;
+    c->pt[h].slot = s;
+    c->pt[h].ref = 1;
+}
+
+void pt_remove(ps_core *c, uint64_t id) {
+    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
+    while (c->pt[h].id != id) {
+        if (c->pt[h].id == PT_EMPTY) return;
+        h = (h + 1) & c->pt_mask;
+    }
+    /* backward-shift deletion keeps every probe chain unbroken */
+    uint64_t hole = h, j = h;
+    for (;;) {
+        j = (j + 1) & c->pt_mask;
+        if (c->pt[j].id == PT_EMPTY) break;
+        uint64_t home = (c->pt[j].id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
+        /* move j into the hole unless its home lies cyclically in (hole, j] */
+        int in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!in_range) {
+            c->pt[hole] = c->pt[j];
+            hole = j;
+        }
+    }
+    c->pt[hole].id = PT_EMPTY;
+}
+
+/* A free slot: from the free list, else by clock replacement of a clean page. */
+static int64_t slot_alloc(ps_core *c) {
+    if (c->nfree) return c->free_slots[--c->nfree];
+    uint64_t limit = 2 * (uint64_t)c->nslots + 1;
+    for (uint64_t i = 0; i < limit; i++) {
+        uint32_t s = c->clock_hand;
+        c->clock_hand = s + 1 == c->nslots ? 0 : s + 1;
+        slot_t *sl = &c->slots[s];
+        if (!sl->used || sl->dirty || sl->inckpt || sl->pin) continue;
+        pt_entry *e = pt_entry_of(c, sl->page_id);
+        if (e->ref) { e->ref = 0; continue; }
+        pt_remove(c, sl->page_id);
+        sl->used = 0;
+        c->sig->evictions++;
+        c->sig->slots_used--;
+        return s;
+    }
+    return PS_E_NOMEM;
+}
+
+static void slot_release(ps_core *c, uint32_t s) {
+    c->slots[s].used = 0;
+    c->free_slots[c->nfree++] = s;
+    c->sig->slots_used--;
+}
+
+static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
+    slot_t *sl = &c->slots[s];
+    sl->page_id = id;
+    sl->undo_epoch = 0;
+    sl->cow = -1;
+    sl->pin = 0;
+    sl->used = 1;
+    sl->dirty = 0;
+    sl->inckpt = 0;
+    c->sig->slots_used++;
+    pt_insert(c, id, s);
+}
+
+/* Read page `id` through the Python callback and check it (write lock). */
+static int64_t page_load(ps_core *c, uint64_t id) {
+    if (id >= c->meta.page_count)
+        return c->bad_page = id,
+               set_err(c, PS_E_CORRUPT, "page %llu is referenced but beyond page_count %llu",
+                       (unsigned long long)id, (unsigned long long)c->meta.page_count);
+    int64_t s = slot_alloc(c);
+    if (s < 0) return s;
+    uint8_t *p = slot_page(c, (uint32_t)s);
+    if (ps_py_read_page(c->handle, id, p) != 0) {
+        c->free_slots[c->nfree++] = (uint32_t)s;
+        return PS_E_IO;
+    }
+    if (!ps_check_page(p, c->page_size, id)) {
+        c->free_slots[c->nfree++] = (uint32_t)s;
+        c->bad_page = id;
+        return set_err(c, PS_E_CORRUPT, "page %llu failed its %s check",
+                       (unsigned long long)id,
+                       rd64(p + H_PAGEID) == id ? "crc32c" : "page-id");
+    }
+    wr32(p + H_CRC, 0);
+    slot_claim(c, (uint32_t)s, id);
+    c->sig->page_loads++;
+    return s;
+}
+
+int64_t page_fetch(ps_core *c, uint64_t id, int may_load) {
+    int64_t s = pt_find_touch(c, id);
+    if (s >= 0) return s;
+    if (!may_load) return PS_RETRY;
+    return page_load(c, id);
+}
+
+void pin_op(ps_core *c, uint32_t s) {
+    if (c->npins == c->pins_cap) {
+        size_t n = c->pins_cap ? c->pins_cap * 2 : 64;
+        uint32_t *np = realloc(c->pins, n * sizeof *np);
+        if (!np) abort();
+        c->pins = np;
+        c->pins_cap = n;
+    }
+    c->pins[c->npins++] = s;
+    c->slots[s].pin++;
+}
+
+void unpin_op_all(ps_core *c) {
+    while (c->npins) c->slots[c->pins[--c->npins]].pin--;
+}
+
+static int undo_reserve(ps_core *c, size_t img) {
+    if (c->nundo == c->undo_cap) {
+        size_t n = c->undo_cap ? c->undo_cap * 2 : 64;
+        undo_t *nu = realloc(c->undo, n * sizeof *nu);
+        if (!nu) return PS_E_NOMEM;
+        c->undo = nu;
+        c->undo_cap = n;
+    }
+    if (c->undo_img_used + img > c->undo_img_cap) {
+        size_t n = c->undo_img_cap ? c->undo_img_cap : (size_t)c->page_size * 16;
+        while (n < c->undo_img_used + img) n *= 2;
+        uint8_t *ni = realloc(c->undo_img, n);
+        if (!ni) return PS_E_NOMEM;
+        c->undo_img = ni;
+        c->undo_img_cap = n;
+    }
+    return 0;
+}
+
+/* Make slot s writable: undo image (guarded ops), checkpoint copy-on-write,
+ * dirty flag.  Must be called before every modification of a page. */
+int page_w(ps_core *c, uint32_t s) {
+    slot_t *sl = &c->slots[s];
+    if (c->guarded && sl->undo_epoch != c->op_epoch) {
+        int rc = undo_reserve(c, c->page_size);
+        if (rc) return rc;
+        undo_t *u = &c->undo[c->nundo++];
+        u->slot = s;
+        u->is_new = 0;
+        u->prior_dirty = sl->dirty;
+        u->prior_cow = sl->cow;
+        u->img_off = c->undo_img_used;
+        memcpy(c->undo_img + u->img_off, slot_page(c, s), c->page_size);
+        c->undo_img_used += c->page_size;
+        sl->undo_epoch = c->op_epoch;
+    }
+    if (sl->inckpt && sl->cow < 0) {
+        if (!c->ncow_free) {
+            c->blocked_page = sl->page_id;
+            return PS_E_CKPT_FULL;
+        }
+        uint32_t i = c->cow_free[--c->ncow_free];
+        memcpy(cow_page(c, i), slot_page(c, s), c->page_size);
+        sl->cow = (int32_t)i;
+        c->sig->cow_used++;
+        c->sig->cow_copies++;
+        if (c->sig->cow_used > c->sig->cow_peak) c->sig->cow_peak = c->sig->cow_used;
+    }
+    if (!sl->dirty) {
+        sl->dirty = 1;
+        c->sig->dirty_pages++;
+        c->sig->pages_dirtied++;
+    }
+    return 0;
+}
+
+/* A slot for page `id` whose old contents do not matter (a page being
+ * (re)allocated or turned into a freelist page); it is writable on return. */
+static int64_t page_slot_for_new(ps_core *c, uint64_t id) {
+    int64_t s = pt_find(c, id);
+    if (s >= 0) {
+        int rc = page_w(c, (uint32_t)s);
+        return rc ? rc : s;
+    }
+    if (c->guarded) {
+        int rc = undo_reserve(c, 0);
+        if (rc) return rc;
+    }
+    s = slot_alloc(c);
+    if (s < 0) return s;
+    slot_claim(c, (uint32_t)s, id);
+    memset(slot_page(c, (uint32_t)s), 0, c->page_size);
+    slot_t *sl = &c->slots[s];
+    sl->dirty = 1;
+    c->sig->dirty_pages++;
+    c->sig->pages_dirtied++;
+    if (c->guarded) {
+        undo_t *u = &c->undo[c->nundo++];
+        u->slot = (uint32_t)s;
+        u->is_new = 1;
+        u->prior_dirty = 0;
+        u->prior_cow = -1;
+        u->img_off = 0;
+        sl->undo_epoch = c->op_epoch;
+    }
+    return s;
+}
+
+static void page_header(ps_core *c, uint8_t *p, uint16_t type, uint64_t id) {
+    memset(p, 0, H_SIZE);
+    wr16(p + H_TYPE, type);
+    wr16(p + H_FORMAT, PS_PAGE_FORMAT);
+    wr64(p + H_PAGEID, id);
+    (void)c;
+}
+
+/* Allocate a page (freelist first, else grow the file), initialised with a
+ * common header of `type` and an empty gap; returns its slot. */
+int64_t page_new(ps_core *c, uint16_t type, uint64_t *id_out) {
+    uint64_t id;
+    if (c->meta.free_head == 0) {
+        id = c->meta.page_count++;
+    } else {
+        int64_t hs = page_fetch(c, c->meta.free_head, 1);
+        if (hs < 0) return hs;
+        uint8_t *h = slot_page(c, (uint32_t)hs);
+        uint32_t n = rd32(h + F_COUNT);
+        if (n > 0) {
+            int rc = page_w(c, (uint32_t)hs);
+            if (rc) return rc;
+            id = rd64(h + F_IDS + 8 * (size_t)(n - 1));
+            wr32(h + F_COUNT, n - 1);
+            wr16(h + H_FREELO, (uint16_t)(F_IDS + 8 * (n - 1)));
+        } else {
+            id = c->meta.free_head;
+            c->meta.free_head = rd64(h + F_NEXT);
+        }
+    }
+    int64_t s = page_slot_for_new(c, id);
+    if (s < 0) return s;
+    uint8_t *p = slot_page(c, (uint32_t)s);
+    memset(p, 0, c->page_size);
+    page_header(c, p, type, id);
+    *id_out = id;
+    return s;
+}
+
+/* Return page `id` to the freelist. */
+int page_free(ps_core *c, uint64_t id) {
+    if (c->meta.free_head != 0) {
+        int64_t hs = page_fetch(c, c->meta.free_head, 1);
+        if (hs < 0) return (int)hs;
+        uint8_t *h = slot_page(c, (uint32_t)hs);
+        uint32_t n = rd32(h + F_COUNT);
+        uint32_t cap = (c->usable - F_IDS) / 8;
+        if (n < cap) {
+            int rc = page_w(c, (uint32_t)hs);
+            if (rc) return rc;
+            wr64(h + F_IDS + 8 * (size_t)n, id);
+            wr32(h + F_COUNT, n + 1);
+            wr16(h + H_FREELO, (uint16_t)(F_IDS + 8 * (n + 1)));
+            return 0;
+        }
+    }
+    int64_t s = page_slot_for_new(c, id);
+    if (s < 0) return (int)s;
+    uint8_t *p = slot_page(c, (uint32_t)s);
+    memset(p, 0, c->page_size);
+    page_header(c, p, PS_PAGE_FREELIST, id);
+    wr64(p + F_NEXT, c->meta.free_head);
+    wr32(p + F_COUNT, 0);
+    wr16(p + H_FREELO, F_IDS);
+    wr16(p + H_FREEHI, (uint16_t)c->usable);
+    c->meta.free_head = id;
+    return 0;
+}
+
+void op_begin(ps_core *c, int guarded) {
+    c->guarded = guarded;
+    if (guarded) {
+        c->op_epoch++;
+        c->nundo = 0;
+        c->undo_img_used = 0;
+        c->meta_saved = c->meta;
+    }
+}
+
+void update_throttle(ps_core *c) {
+    int hint = (c->thr_cow && c->sig->cow_used >= c->thr_cow) ||
+               (c->thr_dirty && c->sig->dirty_pages >= c->thr_dirty);
+    if ((uint64_t)hint != c->sig->throttle_hint) c->sig->throttle_hint = (uint64_t)hint;
+}
+
+void op_commit(ps_core *c) {
+    unpin_op_all(c);
+    c->nundo = 0;
+    c->undo_img_used = 0;
+    c->guarded = 0;
+    update_throttle(c);
+}
+
+void op_rollback(ps_core *c) {
+    while (c->nundo) {
+        undo_t *u = &c->undo[--c->nundo];
+        slot_t *sl = &c->slots[u->slot];
+        if (u->is_new) {
+            if (sl->dirty) c->sig->dirty_pages--;
+            pt_remove(c, sl->page_id);
+            slot_release(c, u->slot);
+            continue;
+        }
+        memcpy(slot_page(c, u->slot), c->undo_img + u->img_off, c->page_size);
+        if (sl->cow >= 0 && u->prior_cow < 0) {
+            c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
+            c->sig->cow_used--;
+        }
+        sl->cow = u->prior_cow;
+        if (sl->dirty && !u->prior_dirty) c->sig->dirty_pages--;
+        sl->dirty = u->prior_dirty;
+        sl->undo_epoch = 0;
+    }
+    c->meta = c->meta_saved;
+    c->sig->rollbacks++;
+    unpin_op_all(c);
+    c->undo_img_used = 0;
+    c->guarded = 0;
+    update_throttle(c);
+}
+
+void meta_to_page(const ps_core *c, uint8_t *p) {
+    memcpy(p + M_MAGIC, "PAGESTOR", 8);
+    wr32(p + M_VERSION, PS_META_VERSION);
+    wr32(p + M_PAGESIZE, c->page_size);
+    wr64(p + M_ROOT, c->meta.root);
+    wr64(p + M_PAGECOUNT, c->meta.page_count);
+    wr64(p + M_FREEHEAD, c->meta.free_head);
+    wr64(p + M_KEYCOUNT, c->meta.key_count);
+    wr32(p + M_HEIGHT, c->meta.height);
+    wr32(p + M_RESERVE, c->reserve);
+    wr16(p + H_FREELO, M_END);
+    wr16(p + H_FREEHI, (uint16_t)c->usable);
+}

@@ -1,0 +1,176 @@
+/* pagestore C core: the API that pagestore/_build.py hands to cffi (cdef) and
+ * that every C file of the core includes.  This file must stay parsable by
+ * cffi's cdef: no preprocessor conditionals, no includes, only declarations.
+ *
+ * Page layout (docs/page-format.md has the full text; all integers are
+ * little-endian; P = page_size, U = P - page_reserve = usable end):
+ *
+ *   common header, every page type
+ *   off size field
+ *     0   4  crc32c over the whole page with this field zeroed; 0 in page
+ *            memory, stamped only in copies headed to disk
+ *     4   2  type: 1 meta, 2 leaf, 3 inner, 4 overflow, 5 freelist
+ *     6   2  format = 1
+ *     8   8  page_id
+ *    16   8  checkpoint_id (stamped in copies headed to disk)
+ *    24   2  free_lo  } the unused gap [free_lo, free_hi): garbage, may be
+ *    26   2  free_hi  } skipped by compression; exact for every page type
+ *    28   4  reserved = 0
+ *   [U, P)   page_reserve bytes, never used (encryption nonce and tag)
+ *
+ *   meta (page 0, also the file header)       leaf
+ *    32   8  magic "PAGESTOR"                  32  2  nkeys n
+ *    40   4  format version = 1                34  2  garbage (bytes of dead cells)
+ *    44   4  page_size                         36  4  reserved
+ *    48   8  root page id                      40 6n  slots in key order: u16 cell
+ *    56   8  page_count                               offset, u32 key head
+ *    64   8  freelist head (0 = none)          free_lo = 40 + 6n, free_hi = cell area start
+ *    72   8  key count                         cell: u16 klen (bit 15: value in an
+ *    80   4  tree height (1 = root is a leaf)        overflow chain), u32 vlen, key,
+ *    84   4  page_reserve                            value or u64 first overflow id
+ *    88      free_lo = 88, free_hi = U
+ *
+ *   inner                                      overflow
+ *    32   2  nkeys n                           32  8  next page id (0 = last)
+ *    34   2  garbage                           40  4  data length in this page
+ *    36   4  reserved                          44  4  reserved
+ *    40   8  child 0 (keys < key 0)            48     data; free_lo = 48 + len, free_hi = U
+ *    48 6n   slots: u16 cell offset, u32 key head
+ *            free_lo = 48 + 6n, free_hi = cell area start
+ *    cell: u16 klen, u64 child (keys >= key), key
+ *
+ *   freelist
+ *    32   8  next freelist page id (0 = last)
+ *    40   4  count n of free page ids held
+ *    44   4  reserved
+ *    48 8n   free page ids; free_lo = 48 + 8n, free_hi = U
+ *
+ *   key head: the first 4 key bytes as a big-endian number, zero-padded.
+ *   Keys compare by memcmp, a proper prefix first.  The meta fields reach
+ *   page 0 only at ckpt_begin (page memory keeps them in the core).
+ *
+ * Validity: a page read from disk is accepted only if its crc32c matches and
+ * its page_id field equals the id it was read for (PS_E_CORRUPT otherwise).
+ */
+
+enum {
+    PS_OK = 0,
+    PS_E_NOMEM = -1,
+    PS_E_CKPT_FULL = -2,
+    PS_E_CORRUPT = -3,
+    PS_E_IO = -4,
+    PS_E_TOO_LARGE = -5,
+    PS_E_ARG = -6,
+    PS_E_WAL_FULL = -7,
+    PS_E_NOT_FOUND = -8,
+    PS_E_NEED_SPACE = -9
+};
+
+enum {
+    PS_MAX_KEY = 1024,
+    PS_MAX_VALUE = 16777216,
+    PS_MIN_PAGE = 1024,
+    PS_MAX_PAGE = 16384,
+    PS_PAGE_FORMAT = 1,
+    PS_META_VERSION = 1,
+    PS_WAL_BLOCK = 4096,
+    PS_WAL_BLOCK_HDR = 24,
+    PS_WAL_REC_HDR = 17
+};
+
+enum {
+    PS_PAGE_META = 1,
+    PS_PAGE_LEAF = 2,
+    PS_PAGE_INNER = 3,
+    PS_PAGE_OVERFLOW = 4,
+    PS_PAGE_FREELIST = 5
+};
+
+enum {
+    PS_REC_PUT = 1,
+    PS_REC_DELETE = 2,
+    PS_REC_COMMIT = 3,
+    PS_REC_CHECKPOINT = 4,
+    PS_REC_PAGE_SNAPSHOT = 5,
+    PS_REC_PAGE_DELTA = 6,
+    PS_REC_ROLLBACK = 7
+};
+
+typedef struct ps_core ps_core;
+
+/* Counters the core keeps; Python reads them through a pointer, no lock. */
+typedef struct ps_signals {
+    uint64_t pages_dirtied;   /* monotonic count of clean -> dirty */
+    uint64_t dirty_pages;
+    uint64_t ckpt_pages;      /* pages still flagged in-checkpoint */
+    uint64_t ckpt_written;    /* pages copied by ps_ckpt_copy in this checkpoint */
+    uint64_t cow_used;
+    uint64_t cow_capacity;
+    uint64_t cow_peak;
+    uint64_t slots_total;
+    uint64_t slots_used;
+    uint64_t page_loads;
+    uint64_t evictions;
+    uint64_t wal_end_lsn;
+    uint64_t throttle_hint;
+    uint64_t rollbacks;
+    uint64_t cow_copies;
+    uint64_t checkpoint_id;
+} ps_signals;
+
+typedef struct ps_verify_info {
+    uint64_t leaf_pages;
+    uint64_t inner_pages;
+    uint64_t overflow_pages;
+    uint64_t freelist_pages;
+    uint64_t free_ids;
+    uint64_t keys;
+    uint64_t height;
+    uint64_t page_count;
+} ps_verify_info;
+
+uint32_t ps_crc32c(uint32_t crc, const uint8_t *buf, size_t n);
+uint32_t ps_crc32c_sw(uint32_t crc, const uint8_t *buf, size_t n);
+int ps_crc32c_hw_available(void);
+uint32_t ps_page_crc(const uint8_t *page, uint32_t page_size);
+void ps_seal_page(uint8_t *page, uint32_t page_size, uint64_t page_id);
+int ps_check_page(const uint8_t *page, uint32_t page_size, uint64_t page_id);
+
+/* signals: a struct the caller owns and keeps alive past ps_destroy (NULL: internal) */
+int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_size,
+              uint32_t page_reserve, int physical_wal, void *handle, ps_signals *signals,
+              ps_core **out);
+void ps_destroy(ps_core *c);
+ps_signals *ps_get_signals(ps_core *c);
+uint64_t ps_bad_page(ps_core *c);
+uint64_t ps_blocked_page(ps_core *c);
+const char *ps_errmsg(ps_core *c);
+uint32_t ps_max_key(ps_core *c);
+uint32_t ps_max_inline(ps_core *c);
+
+int ps_format_new(ps_core *c);
+int ps_open_existing(ps_core *c, uint64_t page_count);
+int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
+                  uint64_t offset, uint64_t prev_end_lsn, int write_header);
+void ps_wal_disable(ps_core *c);
+
+int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t vlen);
+int64_t ps_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap);
+int64_t ps_delete(ps_core *c, const char *key, size_t klen);
+int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid);
+int64_t ps_apply_log(ps_core *c, const char *recs, size_t len);
+int64_t ps_scan(ps_core *c, const char *lo, size_t lolen, int has_lo, int lo_incl,
+                const char *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
+                size_t max_bytes, char *out, size_t cap, size_t *out_len);
+int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len);
+int64_t ps_count(ps_core *c);
+int64_t ps_height(ps_core *c);
+int ps_verify(ps_core *c, ps_verify_info *info);
+int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out);
+
+int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
+                  uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out);
+int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out);
+int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
+int ps_ckpt_end(ps_core *c);
+void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction);

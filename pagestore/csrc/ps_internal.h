@@ -1,0 +1,240 @@
+/* Internal declarations shared by the C files of the pagestore core.
+ *
+ * Concurrency: one writer-preferring rwlock (the tree lock) guards every
+ * structure here.  Readers (get, scan, ckpt_copy) hold the read side and never
+ * change the page table; everything else holds the write side.  The only
+ * fields readers write are clock ref bits (relaxed atomics, kept in the page
+ * table entry that the lookup has already brought into cache) and
+ * signals.ckpt_written (atomic add).
+ *
+ * Failure atomicity: a guarded operation records an undo entry for every page
+ * before its first modification (an image, or "new" for a page created by the
+ * operation) plus a copy of the meta fields; op_rollback restores them all.
+ * Unguarded operations are used only when nothing can fail after the first
+ * modification (see the fast paths in btree.c).
+ */
+#ifndef PS_INTERNAL_H
+#define PS_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_api.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pagestore's C core assumes a little-endian host"
+#endif
+
+#define PS_RETRY (-100) /* internal: a reader met a page miss; redo under the write lock */
+
+/* common header offsets */
+#define H_CRC 0
+#define H_TYPE 4
+#define H_FORMAT 6
+#define H_PAGEID 8
+#define H_CKPT 16
+#define H_FREELO 24
+#define H_FREEHI 26
+#define H_SIZE 32
+
+/* meta page */
+#define M_MAGIC 32
+#define M_VERSION 40
+#define M_PAGESIZE 44
+#define M_ROOT 48
+#define M_PAGECOUNT 56
+#define M_FREEHEAD 64
+#define M_KEYCOUNT 72
+#define M_HEIGHT 80
+#define M_RESERVE 84
+#define M_END 88
+
+/* leaf and inner nodes */
+#define N_NKEYS 32
+#define N_GARBAGE 34
+#define LEAF_SLOTS 40
+#define INNER_CHILD0 40
+#define INNER_SLOTS 48
+#define SLOT_SZ 6          /* u16 cell offset, u32 key head */
+#define LEAF_CELL_HDR 6
+#define INNER_CELL_HDR 10
+#define KLEN_OVF 0x8000u
+
+/* overflow and freelist pages */
+#define O_NEXT 32
+#define O_LEN 40
+#define O_DATA 48
+#define F_NEXT 32
+#define F_COUNT 40
+#define F_IDS 48
+
+static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+typedef struct slot {
+    uint64_t page_id;
+    uint64_t undo_epoch;   /* == core op_epoch: undo entry recorded in this op */
+    int32_t cow;           /* checkpoint-buffer slot holding the checkpoint image, or -1 */
+    uint32_t pin;
+    uint8_t used, dirty, inckpt, pad;
+} slot_t;
+
+typedef struct pt_entry {
+    uint64_t id;           /* PT_EMPTY if free */
+    uint32_t slot;
+    uint32_t ref;          /* clock reference bit of the page */
+} pt_entry;
+#define PT_EMPTY UINT64_MAX
+
+typedef struct meta {
+    uint64_t root, page_count, free_head, key_count;
+    uint32_t height;
+} meta_t;
+
+typedef struct undo {
+    uint32_t slot;
+    uint8_t is_new;
+    uint8_t prior_dirty;
+    int32_t prior_cow;
+    size_t img_off;
+} undo_t;
+
+struct ps_core {
+    pthread_rwlock_t lock;
+    uint32_t page_size, reserve, usable;
+    uint32_t max_key, max_cell, leaf_inline_max;
+    int physical;
+    void *handle;
+
+    /* page memory */
+    uint8_t *mem;
+    uint32_t nslots;
+    slot_t *slots;
+    uint32_t *free_slots;
+    uint32_t nfree;
+    uint32_t clock_hand;
+    pt_entry *pt;
+    uint64_t pt_mask;
+    int pt_shift;
+
+    /* checkpoint buffer */
+    uint8_t *cow_mem;
+    uint32_t ncow;
+    uint32_t *cow_free;
+    uint32_t ncow_free;
+
+    meta_t meta;
+    int ready;
+
+    /* operation state (write lock) */
+    int guarded;
+    uint64_t op_epoch;
+    undo_t *undo;
+    size_t nundo, undo_cap;
+    uint8_t *undo_img;
+    size_t undo_img_used, undo_img_cap;
+    meta_t meta_saved;
+    uint32_t *pins;
+    size_t npins, pins_cap;
+    uint8_t *scratch;      /* 2 pages: page copy, new cell */
+    uint8_t *cellbuf[2];   /* separator cells moving up during splits (by level parity) */
+    const uint8_t **cellp; /* cells of a node being split */
+    uint32_t *cells;
+    uint8_t *zero_page;
+
+    /* WAL */
+    int wal_on;
+    uint8_t *wal_base;
+    uint64_t wal_seg_size, wal_seq, wal_off;
+    uint64_t wal_rec_left;  /* bytes of the record being written not yet placed */
+    uint64_t wal_rec_total;
+
+    /* checkpoint */
+    int ckpt_active;
+    uint64_t ckpt_id;
+    uint64_t *ckpt_ids;
+    size_t ckpt_ids_cap;
+
+    uint64_t bad_page, blocked_page;
+    char errmsg[256];
+    ps_signals *sig;       /* the caller's struct (Python owns it) or own_sig */
+    ps_signals own_sig;
+    uint64_t thr_cow, thr_dirty;
+};
+
+/* callbacks implemented in Python (extern "Python+C" in the cdef) */
+int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
+int ps_py_wal_segment(void *handle, uint64_t seq, uint8_t **base_out);
+
+/* pagemem.c */
+static inline uint8_t *slot_page(const ps_core *c, uint32_t s) {
+    return c->mem + (size_t)s * c->page_size;
+}
+static inline uint8_t *cow_page(const ps_core *c, uint32_t i) {
+    return c->cow_mem + (size_t)i * c->page_size;
+}
+static inline pt_entry *pt_entry_of(const ps_core *c, uint64_t id) {
+    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
+    for (;;) {
+        pt_entry *e = &c->pt[h];
+        if (e->id == id) return e;
+        if (e->id == PT_EMPTY) return NULL;
+        h = (h + 1) & c->pt_mask;
+    }
+}
+static inline int64_t pt_find(const ps_core *c, uint64_t id) {
+    const pt_entry *e = pt_entry_of(c, id);
+    return e ? (int64_t)e->slot : -1;
+}
+/* lookup that marks the page recently used (safe under the read lock) */
+static inline int64_t pt_find_touch(const ps_core *c, uint64_t id) {
+    pt_entry *e = pt_entry_of(c, id);
+    if (!e) return -1;
+    if (!e->ref) __atomic_store_n(&e->ref, 1, __ATOMIC_RELAXED);
+    return (int64_t)e->slot;
+}
+void pt_insert(ps_core *c, uint64_t id, uint32_t s);
+void pt_remove(ps_core *c, uint64_t id);
+int64_t page_fetch(ps_core *c, uint64_t id, int may_load);
+void pin_op(ps_core *c, uint32_t s);
+void unpin_op_all(ps_core *c);
+int page_w(ps_core *c, uint32_t s);
+int64_t page_new(ps_core *c, uint16_t type, uint64_t *id_out);
+int page_free(ps_core *c, uint64_t id);
+void op_begin(ps_core *c, int guarded);
+void op_commit(ps_core *c);
+void op_rollback(ps_core *c);
+void update_throttle(ps_core *c);
+void meta_to_page(const ps_core *c, uint8_t *p);
+int set_err(ps_core *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* walenc.c */
+typedef struct wpart { const void *p; size_t n; } wpart;
+int wal_fits(const ps_core *c, uint64_t len);
+int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
+               uint64_t *start_lsn, uint64_t *end_lsn);
+int wal_physical(ps_core *c);
+
+/* btree.c */
+int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+           int allow_fast, int *fast_used);
+int bt_delete(ps_core *c, const uint8_t *key, size_t klen, int allow_fast, int *fast_used);
+int64_t bt_get(ps_core *c, const uint8_t *key, size_t klen, uint8_t *out, size_t cap,
+               int may_load);
+int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_incl,
+                const uint8_t *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
+                size_t max_bytes, uint8_t *out, size_t cap, size_t *out_len, int may_load);
+int bt_verify(ps_core *c, ps_verify_info *info);
+void leaf_init(ps_core *c, uint8_t *p);
+
+#endif
