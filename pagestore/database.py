@@ -86,11 +86,16 @@ class Database:
         if not self._pages.is_new():
             self._pages.check_header(_native.file_header_info)
         t0 = time.perf_counter()
+        wal_dir = os.path.join(self.path, "wal")
         try:
-            rec = _recovery.recover(fs, self.path, self, page_size=cfg.page_size,
-                                    cipher=self._cipher)
-        except _checkpoint.RecoveryFileCorrupt as e:
+            rec = _recovery.recover(
+                fs, self.path, self._pages, page_size=cfg.page_size,
+                wal_records=lambda lsn: self._physical_records(wal_dir, lsn),
+                seal_page=_native.seal_page, cipher=self._cipher)
+        except (_recovery.RecoveryFileCorrupt, _recovery.MarkerCorrupt) as e:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
+        except _recovery.RecoveryError as e:
+            raise CorruptionError(str(e)) from e
         self._core = _native.Core(
             page_size=cfg.page_size, memory_size=cfg.memory_size,
             checkpoint_buffer_size=cfg.cow_buffer_size,
@@ -98,11 +103,12 @@ class Database:
             read_page=self._pages.read_page, wal_segment=self._wal_segment,
             physical_wal=(cfg.recovery_data == "wal"))
         self._signals = self._core.signals
-        if self._pages.is_new():
+        new_store = self._pages.is_new()
+        if new_store:
             self._core.format_new()
         else:
             self._core.open_existing(self._pages.page_count_on_disk())
-        self._wal = _wal.Wal(fs, os.path.join(self.path, "wal"), mode=cfg.wal_mode,
+        self._wal = _wal.Wal(fs, wal_dir, mode=cfg.wal_mode,
                              segment_size=cfg.wal_segment_size,
                              flush_interval=cfg.wal_flush_interval,
                              end_lsn=lambda: self._signals.wal_end_lsn,
@@ -110,8 +116,12 @@ class Database:
                              archive_size=cfg.wal_archive_size)
         replayed = self._replay(rec.replay_from_lsn)
         self._core.wal_attach(*self._wal.start())
+        report = self._wal.recovery_report
         self.recovery = {"action": rec.action, "pages_restored": rec.pages_restored,
                          "records_replayed": replayed,
+                         "wal_damage": list(report.damage) if report else [],
+                         "wal_gaps": list(report.gaps) if report else [],
+                         "restore_seconds": rec.seconds,
                          "seconds": time.perf_counter() - t0}
         self._ckpt = _checkpoint.Checkpointer(
             fs, self.path, self, self._pages, self._wal,
@@ -119,14 +129,21 @@ class Database:
             compression=cfg.recovery_compression,
             compression_level=cfg.recovery_compression_level,
             recovery_data=cfg.recovery_data, cipher=self._cipher,
-            first_checkpoint_id=rec.checkpoint_id + 1)
+            first_checkpoint_id=rec.checkpoint_id + 1, autostart=False)
         self._throttle = Throttle(self, throttling.make_policy(cfg.throttling))
         self._closed = False
         self._bind_hot_paths()
-        if rec.pages_restored or replayed or self._pages.is_new():
+        self._ckpt.start()
+        if rec.pages_restored or replayed or new_store:
+            # Recovery ends with a complete checkpoint (DESIGN.md §3), so a
+            # crash right after it has a consistent start again.
             self._ckpt.checkpoint(wait=True, reason="recovery")
         self.recovery["seconds"] = time.perf_counter() - t0
-        self._ckpt.start()
+
+    def _physical_records(self, wal_dir, lsn):
+        """Legacy mode: the WAL's records from `lsn`, read without cutting anything."""
+        reader = _wal.Wal(self.fs, wal_dir, segment_size=self.config.wal_segment_size)
+        return reader.read_only(lsn)
 
     def _replay(self, from_lsn: int) -> int:
         """Apply committed logical records from `from_lsn`; returns how many."""
@@ -359,6 +376,7 @@ class Database:
 
     # -- closing -----------------------------------------------------------------
     def close(self) -> None:
+        """Checkpoint everything, stop the threads, release the directory."""
         if self._closed:
             return
         self._closed = True
@@ -368,19 +386,33 @@ class Database:
         finally:
             self._teardown()
 
+    def _abandon(self) -> None:
+        """Drop the store as a killed process would: stop threads, no I/O (tests)."""
+        self._closed = True
+        ckpt, wal = self.__dict__.pop("_ckpt", None), self.__dict__.pop("_wal", None)
+        for stop in (lambda: ckpt and ckpt.close(final_checkpoint=False),
+                     lambda: wal and wal.abandon()):
+            try:
+                stop()
+            except BaseException:  # noqa: BLE001 - the simulated machine is down
+                pass
+        self.__dict__.pop("_core", None)
+        self.__dict__.pop("_pages", None)
+        self.__dict__.pop("_lock", None)
+
     def _teardown(self) -> None:
-        for name in ("_ckpt", "_wal", "_core", "_pages"):
+        """Release what is still held, after a clean close or a failed open."""
+        ckpt = self.__dict__.pop("_ckpt", None)
+        if ckpt is not None:
+            ckpt.close(final_checkpoint=False)
+        for name in ("_wal", "_core", "_pages", "_lock"):
             obj = self.__dict__.pop(name, None)
-            if obj is not None and name != "_ckpt":
-                try:
-                    obj.close()
-                except Exception:  # noqa: BLE001 - closing after a failure must not mask it
-                    pass
-            elif obj is not None:
-                obj.close(final_checkpoint=False)
-        lock = self.__dict__.pop("_lock", None)
-        if lock is not None:
-            lock.release()
+            if obj is None:
+                continue
+            try:
+                obj.release() if name == "_lock" else obj.close()
+            except Exception:  # noqa: BLE001 - closing after a failure must not mask it
+                pass
 
     def __enter__(self):
         return self

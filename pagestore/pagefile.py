@@ -10,7 +10,9 @@ sealed by `cipher` and opened here, so the C core only ever sees plaintext.
 from __future__ import annotations
 
 import os
+import threading
 
+from ._native import check_page
 from .errors import ConfigError, CorruptionError
 
 NAME = "pages.dat"
@@ -23,6 +25,7 @@ class PageFile:
         self.page_size = page_size
         self.cipher = cipher
         self.bytes_written = 0
+        self._count_lock = threading.Lock()  # writer threads add concurrently
         exists = fs.exists(self.path)
         self.file = fs.open(self.path, create=not exists)
         if not exists:
@@ -64,6 +67,11 @@ class PageFile:
             raise CorruptionError(
                 f"{self.path}: page {page_id} is beyond the end of the file ({n} of {ps} bytes)",
                 self.path)
+        # The core checks too; checking here names the file (invariant 5).
+        if not check_page(buf, page_id):
+            raise CorruptionError(
+                f"{self.path}: page {page_id} (offset {page_id * ps}) failed its checksum "
+                f"or page-id check", self.path)
 
     def write_pages(self, page_ids, images) -> None:
         """Write sealed page images in place; runs of adjacent ids become one write."""
@@ -81,7 +89,8 @@ class PageFile:
                 data = b"".join(self.cipher.seal_page(mv[k * ps:(k + 1) * ps], page_ids[k])
                                 for k in range(i, j))
             self.file.pwrite(data, page_ids[i] * ps)
-            self.bytes_written += len(data)
+            with self._count_lock:
+                self.bytes_written += len(data)
             i = j
 
     def sync(self) -> None:

@@ -67,15 +67,17 @@ class Throttle:
             with self._lock:
                 self.stalls += 1
             # The buffer only holds copies of pages of the running checkpoint;
-            # each page it writes in place frees one. Wait for progress.
-            db._ckpt.wait_progress(timeout=0.05)
+            # each page it writes in place frees one.
+            used = db._signals.cow_used
+            deadline = time.monotonic() + 0.05
+            while db._signals.cow_used >= used and time.monotonic() < deadline:
+                time.sleep(0.0002)
         elif retry.code == _native.PS_E_NOMEM:
             with self._lock:
                 self.nomem_waits += 1
-            # Page memory is all dirty or in the checkpoint: only a checkpoint
-            # makes pages clean (and so evictable).
-            db._ckpt.request("page memory full")
-            db._ckpt.wait_progress(timeout=0.05, complete=True)
+            # Page memory is all dirty or in the checkpoint: only a finished
+            # checkpoint makes pages clean, hence evictable.
+            db._ckpt.checkpoint(wait=True, reason="page memory full")
         else:
             raise retry
 
