@@ -1,1 +1,18 @@
-"""wal package."""
+"""wal: the logical write-ahead log (docs/wal-format.md, docs/wal.md).
+
+`format` is the on-disk format shared by writer and reader (and the C
+encoder); `segments` owns the slot files; `reader` reads records back and
+tells a clean end from damage; `log.Wal` ties them together with the three
+durability modes and group commit. Imports only `diskio` and the stdlib.
+"""
+
+from .format import (BLOCK, CHECKPOINT, COMMIT, DELETE, PAGE_DELTA, PAGE_SNAPSHOT, PUT, ROLLBACK,
+                     WINDOW, StreamWriter, encode_record)
+from .log import DEFAULT_FLUSH_INTERVAL, DEFAULT_SEGMENT_SIZE, MODES, Wal
+from .reader import Record, RecoveryReport, WalRecoveryWarning, committed_records
+
+__all__ = [
+    "BLOCK", "CHECKPOINT", "COMMIT", "DELETE", "PAGE_DELTA", "PAGE_SNAPSHOT", "PUT", "ROLLBACK",
+    "WINDOW", "StreamWriter", "encode_record", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE",
+    "MODES", "Wal", "Record", "RecoveryReport", "WalRecoveryWarning", "committed_records",
+]

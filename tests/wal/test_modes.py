@@ -1,0 +1,155 @@
+"""Durability modes: group commit, power loss in fsync mode, background flushes, log_only."""
+
+import os
+import random
+import sys
+import threading
+import time
+
+import pytest
+
+from diskio import PosixFS, SimFS, SimulatedCrash
+from diskio.simfile import SimFile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402
+
+
+def run_threads(h, nthreads, per_thread, value=b"v" * 100, acked=None, lock=None):
+    """Each thread: append a put under the 'tree lock', then commit it. Returns commits done."""
+    lock = lock or threading.Lock()
+    done = [0] * nthreads
+
+    def worker(t):
+        try:
+            for i in range(per_thread):
+                key = b"t%02d-%05d" % (t, i)
+                with lock:
+                    _lsn, end = h.writer.put(key, value)
+                h.wal.commit(end)
+                done[t] += 1
+                if acked is not None:
+                    acked.append((key, value))
+        except SimulatedCrash:
+            return
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done)
+
+
+@pytest.mark.parametrize("max_syncs, factor, biggest", [(1, 5, 8), (2, 3, 8), (4, 2, 4)])
+def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch, max_syncs, factor, biggest):
+    real = SimFile.fsync
+
+    def slow_fsync(self):        # a device flush of about a millisecond, GIL released
+        time.sleep(0.001)
+        real(self)
+
+    monkeypatch.setattr(SimFile, "fsync", slow_fsync)
+    h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20, max_syncs=max_syncs)
+    commits = run_threads(h, 16, 40)
+    st = h.wal.stats()
+    h.wal.close()
+    assert commits == 640
+    assert st["wal_fsyncs"] * factor < commits, st
+    assert st["wal_group_size_max"] >= biggest and st["wal_group_size_mean"] >= factor, st
+
+
+def test_group_commit_on_the_real_disk_shares_fdatasyncs(tmp_path):
+    h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="fsync", segment_size=1 << 20, max_syncs=1)
+    commits = run_threads(h, 16, 60)
+    st = h.wal.stats()
+    h.wal.close()
+    assert st["wal_fsyncs"] * 4 < commits, st
+
+
+@pytest.mark.parametrize("nthreads", [1, 4])
+def test_fsync_mode_loses_nothing_acknowledged_on_power_loss(nthreads):
+    for seed in range(60):
+        rng = random.Random(seed * 7 + nthreads)
+        fs = SimFS()
+        h = open_fresh(fs, mode="fsync")
+        for k in range(rng.randrange(0, 40)):     # some history that is already durable
+            h.put(b"pre%03d" % k, b"p" * rng.randrange(1, 3000))
+        acked = []
+        if seed % 2:
+            fs.arm_io(rng.randrange(1, 150))
+        else:   # dies with a published, unsynced range pending: the device tears it
+            fs.arm("wal.before_fsync", rng.randrange(1, 40))
+        run_threads(h, nthreads, 60, value=b"w" * rng.randrange(1, 4000), acked=acked)
+        h.wal.abandon()
+        fs.crash(seed, "random")
+        got = Harness(fs, mode="fsync").recover(0)
+        keys = [k for k, _v in kv(got)]
+        assert set(acked) <= set(kv(got)), f"seed {seed}: acknowledged puts lost"
+        assert len(keys) == len(set(keys))
+        assert all(v in (b"w" * len(v), b"p" * len(v)) for _k, v in kv(got))
+
+
+def test_log_only_on_the_simulator_survives_a_process_kill():
+    fs = SimFS()
+    h = open_fresh(fs, mode="log_only")
+    written = [(b"k%03d" % i, b"v" * (i * 97 % 5000)) for i in range(200)]
+    for k, v in written:
+        h.put(k, v)
+    h.wal.abandon()
+    fs.crash(1, "keep")                              # kill -9: the OS keeps what it was handed
+    assert kv(Harness(fs).recover(0)) == written
+
+
+def test_log_only_flush_makes_everything_durable():
+    fs = SimFS()
+    h = open_fresh(fs, mode="log_only")
+    written = [(b"k%03d" % i, b"v" * 300) for i in range(100)]
+    for k, v in written:
+        h.put(k, v)
+    assert h.wal.flush() == h.writer.end_lsn
+    h.wal.abandon()
+    fs.crash(2, "drop")
+    assert kv(Harness(fs).recover(0)) == written
+
+
+def test_log_only_commit_on_posix_costs_next_to_nothing(tmp_path):
+    h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="log_only", segment_size=1 << 20)
+    commit = h.wal.commit
+    t0 = time.perf_counter()
+    for i in range(200_000):
+        commit(i)
+    per_call = (time.perf_counter() - t0) / 200_000
+    h.wal.close()
+    assert per_call < 1e-6, per_call
+
+
+def test_background_mode_flushes_within_the_interval():
+    fs = SimFS()
+    interval = 0.05
+    h = open_fresh(fs, mode="background", flush_interval=interval)
+    written = []
+    for i in range(60):
+        written.append((b"k%03d" % i, b"b" * 500))
+        h.put(*written[-1])
+    deadline = time.monotonic() + 3 * interval
+    while h.wal.durable_lsn < h.writer.end_lsn and time.monotonic() < deadline:
+        time.sleep(interval / 10)
+    assert h.wal.durable_lsn == h.writer.end_lsn
+    assert h.wal.stats()["wal_fsyncs"] >= 1
+    h.wal.abandon()
+    fs.crash(3, "drop")                              # power loss: only flushed data survives
+    assert kv(Harness(fs).recover(0)) == written
+
+
+def test_stats_count_bytes_and_groups():
+    fs = SimFS()
+    h = open_fresh(fs, mode="fsync", segment_size=SMALL)
+    for i in range(10):
+        h.put(b"k%d" % i, b"v" * 100)
+    st = h.wal.stats()
+    h.wal.close()
+    fresh_start = h.wal.recovery_report.fresh_seq * SMALL   # the segment header block counts
+    assert st["wal_bytes_written"] == h.writer.end_lsn - fresh_start == 4096 + 24 + 10 * (17 + 16 + 2 + 100)
+    assert st["wal_group_commits"] == 10 and st["wal_fsyncs"] >= 10
+    assert st["wal_group_size_max"] == 1

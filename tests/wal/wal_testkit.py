@@ -1,0 +1,64 @@
+"""Shared helpers of the WAL tests: a Wal driven by the Python StreamWriter.
+
+`Harness` plays the part of the C core: it owns a StreamWriter attached to
+the segment `Wal.start` returns and reports the writer's end LSN to the Wal,
+exactly the way `pagestore` wires the C encoder.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from wal import StreamWriter, Wal
+
+SMALL = 64 * 1024  # 16 blocks: small segments make switches and reuse cheap to reach
+
+
+class Harness:
+    def __init__(self, fs, dirpath: str = "/db/wal", *, mode: str = "fsync", segment_size: int = SMALL, **kw):
+        self.fs = fs
+        self.segment_size = segment_size
+        self.writer = None
+        self.wal = Wal(fs, dirpath, mode=mode, segment_size=segment_size, end_lsn=self.end_lsn, **kw)
+
+    def end_lsn(self) -> int:
+        return self.writer.end_lsn
+
+    def recover(self, from_lsn: int = 0, *, quiet: bool = True):
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            return list(self.wal.recover(from_lsn))
+
+    def start(self):
+        report = self.wal.recovery_report
+        stop = report.stop_lsn if report is not None else 0
+        buf, size, seq, off, prev, write_header = self.wal.start(stop)
+        assert size == self.segment_size and write_header is False
+        self.writer = StreamWriter(size, buf, seq, off, prev, self.wal.segment_for, write_header=False)
+        return self
+
+    def put(self, key: bytes, value: bytes, txid: int = 0, commit: bool = True) -> int:
+        _lsn, end = self.writer.put(key, value, txid)
+        if commit:
+            self.wal.commit(end)
+        return end
+
+
+def open_fresh(fs, **kw) -> Harness:
+    """A new WAL, recovered (empty) and started."""
+    h = Harness(fs, **kw)
+    h.recover(0)
+    return h.start()
+
+
+def reopen(fs, **kw) -> tuple[Harness, list]:
+    """Recover an existing WAL from LSN 0 and start writing after it: (harness, records)."""
+    h = Harness(fs, **kw)
+    recs = h.recover(0)
+    h.start()
+    return h, recs
+
+
+def kv(records) -> list:
+    return [(r.key, r.value) for r in records]
