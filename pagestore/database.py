@@ -29,6 +29,8 @@ import diskio
 import recovery as _recovery
 import throttling
 import wal as _wal
+from wal import reader as _wal_reader
+from wal import segments as _wal_segments
 
 from . import _native
 from .errors import ClosedError, ConfigError, CorruptionError, StoreLockedError, \
@@ -83,8 +85,6 @@ class Database:
             from .cipher import Cipher
             self._cipher = Cipher.from_option(cfg.encryption_key)
         self._pages = PageFile(fs, self.path, cfg.page_size, self._cipher)
-        if not self._pages.is_new():
-            self._pages.check_header(_native.file_header_info)
         t0 = time.perf_counter()
         wal_dir = os.path.join(self.path, "wal")
         try:
@@ -96,6 +96,10 @@ class Database:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
         except _recovery.RecoveryError as e:
             raise CorruptionError(str(e)) from e
+        # After recovery: a crash in the first checkpoint's step 5 can leave a
+        # torn page 0 that only the restore makes whole again.
+        if not self._pages.is_new():
+            self._pages.check_header(_native.file_header_info)
         self._core = _native.Core(
             page_size=cfg.page_size, memory_size=cfg.memory_size,
             checkpoint_buffer_size=cfg.cow_buffer_size,
@@ -141,9 +145,14 @@ class Database:
         self.recovery["seconds"] = time.perf_counter() - t0
 
     def _physical_records(self, wal_dir, lsn):
-        """Legacy mode: the WAL's records from `lsn`, read without cutting anything."""
-        reader = _wal.Wal(self.fs, wal_dir, segment_size=self.config.wal_segment_size)
-        return reader.read_only(lsn)
+        """Legacy mode: the WAL's records from `lsn`, read without cutting anything
+        (the logical replay that follows does the cutting)."""
+        segs = _wal_segments.Segments(self.fs, wal_dir, self.config.wal_segment_size)
+        try:
+            segs.scan()
+            yield from _wal_reader.scan(segs, lsn, _wal.RecoveryReport(lsn))
+        finally:
+            segs.close_readers()
 
     def _replay(self, from_lsn: int) -> int:
         """Apply committed logical records from `from_lsn`; returns how many."""

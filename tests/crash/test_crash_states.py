@@ -140,8 +140,8 @@ def crash_states(mode, recovery_data, *, ops, checkpoints, step, seeds, seed=1):
 
 @pytest.mark.parametrize("recovery_data", ["checkpoint", "wal"])
 def test_crash_states_lose_nothing_acknowledged(recovery_data):
-    n = crash_states("fsync", recovery_data, ops=60, checkpoints=3, step=3, seeds=4)
-    n += crash_states("log_only", recovery_data, ops=40, checkpoints=3, step=5, seeds=3, seed=2)
+    n = crash_states("fsync", recovery_data, ops=60, checkpoints=3, step=1, seeds=4)
+    n += crash_states("log_only", recovery_data, ops=40, checkpoints=3, step=2, seeds=3, seed=2)
     print(f"\ncrash states checked ({recovery_data}): {n}")
     assert n >= 1000
 

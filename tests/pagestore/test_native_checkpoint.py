@@ -210,3 +210,56 @@ def test_signals_stay_readable_after_close():
     assert sig.pages_dirtied >= 1
     with pytest.raises(Exception):
         core.get(b"a")
+
+
+def test_pages_with_copy_lists_exactly_the_in_checkpoint_pages_holding_a_copy():
+    rng = random.Random(3)
+    core = _native.Core(PS, 2048 * PS, 256 * PS, 0)
+    core.wal_disable()
+    core.format_new()
+    assert list(core.ckpt_pages_with_copy()) == []
+    keys = [rng.randbytes(8) for _ in range(4000)]
+    for k in keys:
+        core.put(k, rng.randbytes(100))
+    ids, _ = core.ckpt_begin(1, b"")
+    assert list(core.ckpt_pages_with_copy()) == []     # nothing written yet
+    for k in rng.sample(keys, 60):
+        core.put(k, rng.randbytes(100))
+    got = core.ckpt_pages_with_copy()
+    assert got.typecode == "Q" and list(got) == sorted(got)
+    assert len(got) == core.signals.cow_used > 0
+    assert set(got) <= set(ids)
+    # a page holds a copy iff its checkpoint image now differs from the live page
+    imgs = copy_all(core, ids)
+    changed = {pid for pid in ids if imgs[pid][32:] != core.page_image(pid)[32:]}
+    assert changed <= set(got)
+    # pages written and released drop out of the list, the others stay
+    half = list(got[: len(got) // 2])
+    core.ckpt_release(half)
+    assert list(core.ckpt_pages_with_copy()) == list(got[len(got) // 2:])
+    assert core.signals.cow_used == len(got) - len(half)
+    core.ckpt_end()
+    assert list(core.ckpt_pages_with_copy()) == [] and core.signals.cow_used == 0
+    empty = _native.Core(PS, 64 * PS, 0, 0)
+    empty.wal_disable()
+    empty.format_new()
+    assert list(empty.ckpt_pages_with_copy()) == []
+
+
+def test_pages_with_copy_forgets_copies_of_a_rolled_back_write():
+    core = _native.Core(PS, 1024 * PS, 4 * PS, 0)
+    core.wal_disable()
+    core.format_new()
+    for i in range(3000):
+        core.put(b"%06d" % i, b"v" * 80)
+    ids, _ = core.ckpt_begin(1, b"")
+    # a batch touching many leaves needs more copies than the 4-page buffer holds
+    ops = _native.pack_ops((1, b"%06d" % i, b"w" * 80) for i in range(0, 3000, 50))
+    with pytest.raises(_native.Retry):
+        core.apply_batch(ops)
+    assert list(core.ckpt_pages_with_copy()) == [] and core.signals.cow_used == 0
+    core.put(b"000100", b"x")
+    got = core.ckpt_pages_with_copy()
+    assert len(got) == core.signals.cow_used >= 1
+    core.ckpt_release(ids)
+    core.ckpt_end()

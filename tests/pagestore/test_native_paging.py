@@ -172,6 +172,27 @@ def test_verify_catches_keys_out_of_order_in_a_sealed_page():
         again.verify()
 
 
+def test_verify_catches_a_nonzero_byte_in_a_sealed_page_gap():
+    disk = Disk()
+    core = new_core(disk, 256 * PS)
+    core.format_new()
+    for i in range(50):
+        core.put(b"k%03d" % i, b"v")
+    disk.checkpoint(core)
+    core.close()
+    root = _native.file_header_info(disk.pages[0])["root"]
+    leaf = bytearray(disk.pages[root])
+    lo, hi = int.from_bytes(leaf[24:26], "little"), int.from_bytes(leaf[26:28], "little")
+    assert lo < hi and leaf[lo:hi] == bytes(hi - lo)
+    leaf[(lo + hi) // 2] = 0x5A
+    _native.seal_page(leaf, root, PS)                  # a valid CRC: only verify can tell
+    disk.pages[root] = bytes(leaf)
+    again = new_core(disk, 256 * PS)
+    again.open_existing(len(disk.pages))
+    with pytest.raises(CorruptionError, match="gap not zeroed"):
+        again.verify()
+
+
 def test_read_page_exception_is_reraised_and_nothing_changes():
     disk, rng, model = Disk(), random.Random(6), {}
     core = new_core(disk, 32 * PS)

@@ -11,7 +11,7 @@ from wal import format as F
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import Harness  # noqa: E402
 
-native = pytest.importorskip("pagestore._native")
+from pagestore import _native as native  # noqa: E402
 
 S = 1 << 20  # the C core's smallest segment
 

@@ -46,7 +46,6 @@ def test_more_nodes_than_partitions_is_refused(spark, workload, tmp_path):
 
 
 def test_with_the_harness_runner(spark, workload, tmp_path):
-    pytest.importorskip("bench.runner")
     results = str(tmp_path / "results")
     out = run_distributed(spark, workload[0], results, nodes=2,
                           config={"store": "sqlite", "duration": 1.0, "warmup": 0.0})
