@@ -29,7 +29,9 @@ def _cdef() -> str:
 
 
 def _flags() -> tuple[list[str], list[str]]:
-    cflags = ["-O2", "-Wall", "-Werror", "-std=gnu11"]
+    # hidden visibility: the core's internal calls bind inside the module (no
+    # PLT); the module's init function is exported by PyMODINIT_FUNC itself
+    cflags = ["-O2", "-Wall", "-Werror", "-std=gnu11", "-fvisibility=hidden"]
     ldflags: list[str] = []
     if os.environ.get("PAGESTORE_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]

@@ -400,6 +400,19 @@ class Core:
     def ckpt_end(self) -> None:
         lib.ps_ckpt_end(self._c)
 
+    def ckpt_pages_with_copy(self) -> array:
+        """In-checkpoint page ids that hold a copy-on-write image, ascending
+        (the checkpointer writes these first when the buffer is nearly full:
+        each one written and released frees a buffer page)."""
+        cap = self.signals.cow_capacity
+        ids = array("Q", bytes(8 * cap))
+        n_p = ffi.new("size_t *")
+        rc = lib.ps_ckpt_pages_with_copy(self._c, ffi.from_buffer("uint64_t[]", ids), cap, n_p)
+        if rc:
+            self._raise(rc)
+        del ids[n_p[0]:]
+        return ids
+
     def set_throttle_thresholds(self, cow_fraction: float, dirty_fraction: float) -> None:
         lib.ps_set_throttle_thresholds(self._c, float(cow_fraction), float(dirty_fraction))
 

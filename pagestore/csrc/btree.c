@@ -3,8 +3,9 @@
  * above the inline limit in overflow chains.
  *
  * Inner node with n keys has n+1 children: child 0 holds keys < key 0,
- * the child of cell i holds keys >= key i (and < key i+1).  Splits push the
- * first key of the new right leaf (or the middle key of an inner node) up; a
+ * the child of slot i holds keys >= key i (and < key i+1).  A leaf split
+ * pushes up the shortest prefix of the new right leaf's first key that is
+ * above the left leaf's last key; an inner split pushes its middle key up; a
  * root split grows the tree.  Deletes remove emptied pages from their parent
  * and free them; an inner node may be left with one child and no keys (a
  * pass-through), except the root, which is collapsed.  There are no sibling
@@ -28,22 +29,37 @@ static inline int keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t b
     return (al > bl) - (al < bl);
 }
 
+/* Slots: a leaf slot is (u16 cell offset, u32 key head), 6 bytes; an inner
+ * slot is (u32 key head, u16 key offset, u16 key length, u64 child), 16
+ * bytes and 16-aligned, so a descent reads the head it compares and the
+ * child it follows from one cache line and never touches the key bytes
+ * unless two heads tie.  Child ci of an inner node is the u64 at
+ * INNER_CHILD0 + 16 * ci (child 0, then the child of each slot). */
 static inline uint16_t nkeys(const uint8_t *p) { return rd16(p + N_NKEYS); }
 static inline uint32_t sbase(int inner) { return inner ? INNER_SLOTS : LEAF_SLOTS; }
+static inline uint32_t sstride(int inner) { return inner ? INNER_SLOT_SZ : SLOT_SZ; }
+static inline const uint8_t *slot_at(const uint8_t *p, int inner, int i) {
+    return p + sbase(inner) + sstride(inner) * (size_t)i;
+}
 static inline uint16_t cell_off(const uint8_t *p, int inner, int i) {
-    return rd16(p + sbase(inner) + SLOT_SZ * (size_t)i);
+    return rd16(slot_at(p, inner, i) + (inner ? IS_OFF : 0));
 }
 static inline uint32_t slot_head(const uint8_t *p, int inner, int i) {
-    return rd32(p + sbase(inner) + SLOT_SZ * (size_t)i + 2);
+    return rd32(slot_at(p, inner, i) + (inner ? IS_HEAD : 2));
 }
 /* the first 4 key bytes as a big-endian number, zero-padded: head(a) < head(b)
  * implies a < b, so searches compare heads in the slot array and touch a
- * cell only on a tie */
+ * key only on a tie */
 static inline uint32_t key_head(const uint8_t *k, size_t n) {
+    if (n >= 4) return __builtin_bswap32(rd32(k));
     uint32_t h = 0;
     for (size_t i = 0; i < 4; i++) h = (h << 8) | (i < n ? k[i] : 0);
     return h;
 }
+/* Entries in flight (a new leaf cell; a separator moving up; the entries of
+ * a node being split): a leaf entry is its cell, an inner entry is
+ * (u16 klen, u64 child, key).  An entry of size sz takes sz + SLOT_SZ bytes
+ * of a page either way (inner: 16-byte slot + key = 10 + klen + 6). */
 static inline uint32_t cell_klen(const uint8_t *cell) { return rd16(cell) & 0x7FFFu; }
 static inline const uint8_t *cell_key(const uint8_t *cell, int inner) {
     return cell + (inner ? INNER_CELL_HDR : LEAF_CELL_HDR);
@@ -53,38 +69,91 @@ static inline uint32_t cell_size(const uint8_t *cell, int inner) {
     if (inner) return INNER_CELL_HDR + kl;
     return LEAF_CELL_HDR + kl + ((raw & KLEN_OVF) ? 8 : rd32(cell + 2));
 }
+/* key i of a node and its length */
+static inline const uint8_t *node_key(const uint8_t *p, int inner, int i, uint32_t *kl) {
+    const uint8_t *s = slot_at(p, inner, i);
+    if (inner) {
+        *kl = rd16(s + IS_KLEN);
+        return p + rd16(s + IS_OFF);
+    }
+    const uint8_t *cell = p + rd16(s);
+    *kl = cell_klen(cell);
+    return cell + LEAF_CELL_HDR;
+}
+/* bytes entry i holds in the cell area (leaf: its cell; inner: its key) */
+static inline uint32_t node_cell_size(const uint8_t *p, int inner, int i) {
+    if (inner) return rd16(slot_at(p, 1, i) + IS_KLEN);
+    return cell_size(p + cell_off(p, 0, i), 0);
+}
 static inline uint64_t child_at(const uint8_t *p, int ci) {
-    return ci == 0 ? rd64(p + INNER_CHILD0) : rd64(p + cell_off(p, 1, ci - 1) + 2);
+    return rd64(p + INNER_CHILD0 + INNER_SLOT_SZ * (size_t)ci);
 }
 
-/* first index whose key is >= key; *found if equal */
-static int node_lb(const uint8_t *p, int inner, const uint8_t *key, size_t klen, int *found) {
-    int lo = 0, n = nkeys(p), hi = n;
-    const uint8_t *sl = p + sbase(inner);
-    uint32_t hdr = inner ? INNER_CELL_HDR : LEAF_CELL_HDR, kh = key_head(key, klen);
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        const uint8_t *e = sl + SLOT_SZ * (size_t)mid;
-        uint32_t h = rd32(e + 2);
-        int lt;
-        if (h != kh) {
-            lt = h < kh;
-        } else {
-            const uint8_t *cell = p + rd16(e);
-            lt = keycmp(cell + hdr, cell_klen(cell), key, klen) < 0;
+/* First index whose key is >= key; *found if equal.  A branch-free lower
+ * bound over the slot heads (a conditional move per step, no mispredicted
+ * branches), then full keys only among slots whose head ties. */
+static inline __attribute__((always_inline)) int node_lb(const uint8_t *p, int inner,
+                                                         const uint8_t *key, size_t klen,
+                                                         int *found) {
+    const int n = nkeys(p);
+    const size_t st = sstride(inner);
+    const uint8_t *hb = p + sbase(inner) + (inner ? IS_HEAD : 2);
+    const uint32_t kh = key_head(key, klen);
+    if (n >= 24) {   /* the first probes of the search, fetched together */
+        __builtin_prefetch(hb + st * (size_t)(n / 4));
+        __builtin_prefetch(hb + st * (size_t)(n / 2));
+        __builtin_prefetch(hb + st * (size_t)(3 * n / 4));
+        if (n >= 64) {
+            __builtin_prefetch(hb + st * (size_t)(n / 8));
+            __builtin_prefetch(hb + st * (size_t)(3 * n / 8));
+            __builtin_prefetch(hb + st * (size_t)(5 * n / 8));
+            __builtin_prefetch(hb + st * (size_t)(7 * n / 8));
         }
-        if (lt) lo = mid + 1;
-        else hi = mid;
     }
+    int lo = 0, len = n;
+    while (len > 1) {   /* the answer lies in [lo, lo + len] */
+        int half = len >> 1;
+        lo = rd32(hb + st * (size_t)(lo + half - 1)) < kh ? lo + half : lo;
+        len -= half;
+    }
+    if (len == 1 && rd32(hb + st * (size_t)lo) < kh) lo++;
     *found = 0;
-    if (lo < n) {
-        const uint8_t *e = sl + SLOT_SZ * (size_t)lo;
-        if (rd32(e + 2) == kh) {
-            const uint8_t *cell = p + rd16(e);
-            *found = keycmp(cell + hdr, cell_klen(cell), key, klen) == 0;
+    if (lo == n || rd32(hb + st * (size_t)lo) != kh) return lo;
+    uint32_t kl;
+    const uint8_t *k;
+    int end = lo + 1;
+    if (end == n || rd32(hb + st * (size_t)end) != kh) {   /* one candidate (the usual case) */
+        k = node_key(p, inner, lo, &kl);
+        if (!inner) {   /* a leaf hit goes on to read the value: load its lines too */
+            __builtin_prefetch(k + 64);
+            __builtin_prefetch(k + 120);
         }
+        int r = keycmp(k, kl, key, klen);
+        if (r < 0) return lo + 1;
+        *found = r == 0;
+        return lo;
     }
-    return lo;
+    /* several keys share the head (a common prefix): bound the run, then search it */
+    int a = end + 1, b = n;
+    while (a < b) {
+        int m = (a + b) >> 1;
+        if (rd32(hb + st * (size_t)m) == kh) a = m + 1;
+        else b = m;
+    }
+    end = a;
+    a = lo;
+    b = end;
+    while (a < b) {
+        int m = (a + b) >> 1;
+        k = node_key(p, inner, m, &kl);
+        if (keycmp(k, kl, key, klen) < 0) a = m + 1;
+        else b = m;
+    }
+    if (a < end) {
+        k = node_key(p, inner, a, &kl);
+        *found = keycmp(k, kl, key, klen) == 0;
+    }
+    return a;
 }
 
 static int corrupt_page(ps_core *c, uint64_t id, const char *what) {
@@ -92,61 +161,91 @@ static int corrupt_page(ps_core *c, uint64_t id, const char *what) {
     return set_err(c, PS_E_CORRUPT, "page %llu: %s", (unsigned long long)id, what);
 }
 
+/* Node (re)initialisation zeroes everything past the common header, so the
+ * gap is all zeros (docs/page-format.md, "The gap"). */
 void leaf_init(ps_core *c, uint8_t *p) {
+    memset(p + H_SIZE, 0, c->usable - H_SIZE);
     wr16(p + H_TYPE, PS_PAGE_LEAF);
-    wr16(p + N_NKEYS, 0);
-    wr16(p + N_GARBAGE, 0);
-    wr32(p + 36, 0);
     wr16(p + H_FREELO, LEAF_SLOTS);
     wr16(p + H_FREEHI, (uint16_t)c->usable);
 }
 
 static void node_reset(ps_core *c, uint8_t *p, int inner, uint64_t child0) {
-    wr16(p + N_NKEYS, 0);
-    wr16(p + N_GARBAGE, 0);
-    wr32(p + 36, 0);
+    memset(p + H_SIZE, 0, c->usable - H_SIZE);
     if (inner) wr64(p + INNER_CHILD0, child0);
     wr16(p + H_FREELO, (uint16_t)sbase(inner));
     wr16(p + H_FREEHI, (uint16_t)c->usable);
 }
 
-/* place cell at slot idx; the gap must hold sz + SLOT_SZ bytes */
-static void node_put(uint8_t *p, int inner, int idx, const uint8_t *cell, uint32_t sz) {
-    uint32_t n = nkeys(p), lo = rd16(p + H_FREELO), hi = rd16(p + H_FREEHI) - sz;
-    memcpy(p + hi, cell, sz);
-    uint8_t *sl = p + sbase(inner);
-    memmove(sl + SLOT_SZ * (size_t)(idx + 1), sl + SLOT_SZ * (size_t)idx,
-            SLOT_SZ * (size_t)(n - idx));
-    wr16(sl + SLOT_SZ * (size_t)idx, (uint16_t)hi);
-    wr32(sl + SLOT_SZ * (size_t)idx + 2, key_head(cell_key(cell, inner), cell_klen(cell)));
+/* place entry e of size sz at slot idx; the gap must hold sz + SLOT_SZ bytes */
+static void node_put(uint8_t *p, int inner, int idx, const uint8_t *e, uint32_t sz) {
+    uint32_t n = nkeys(p), lo = rd16(p + H_FREELO), st = sstride(inner);
+    uint32_t kl = cell_klen(e), csz = inner ? kl : sz;
+    uint32_t hi = rd16(p + H_FREEHI) - csz;
+    const uint8_t *key = cell_key(e, inner);
+    uint8_t *s = p + sbase(inner) + st * (size_t)idx;
+    memmove(s + st, s, st * (size_t)(n - idx));
+    if (inner) {
+        memcpy(p + hi, key, kl);
+        wr32(s + IS_HEAD, key_head(key, kl));
+        wr16(s + IS_OFF, (uint16_t)hi);
+        wr16(s + IS_KLEN, (uint16_t)kl);
+        wr64(s + IS_CHILD, rd64(e + 2));
+    } else {
+        memcpy(p + hi, e, sz);
+        wr16(s, (uint16_t)hi);
+        wr32(s + 2, key_head(key, kl));
+    }
     wr16(p + N_NKEYS, (uint16_t)(n + 1));
-    wr16(p + H_FREELO, (uint16_t)(lo + SLOT_SZ));
+    wr16(p + H_FREELO, (uint16_t)(lo + st));
     wr16(p + H_FREEHI, (uint16_t)hi);
 }
 
+/* Remove entry idx.  Its cell bytes are zeroed: they join the gap when the
+ * cell sat at its edge, else they count as garbage until a compaction. */
 static void node_remove(uint8_t *p, int inner, int idx) {
-    uint32_t n = nkeys(p), off = cell_off(p, inner, idx), sz = cell_size(p + off, inner);
-    uint8_t *sl = p + sbase(inner);
-    memmove(sl + SLOT_SZ * (size_t)idx, sl + SLOT_SZ * (size_t)(idx + 1),
-            SLOT_SZ * (size_t)(n - idx - 1));
+    uint32_t n = nkeys(p), st = sstride(inner);
+    uint32_t off = cell_off(p, inner, idx), sz = node_cell_size(p, inner, idx);
+    uint8_t *s = p + sbase(inner) + st * (size_t)idx;
+    memmove(s, s + st, st * (size_t)(n - idx - 1));
+    uint32_t lo = rd16(p + H_FREELO) - st;
+    memset(p + lo, 0, st);      /* the vacated last slot joins the gap */
+    memset(p + off, 0, sz);
     wr16(p + N_NKEYS, (uint16_t)(n - 1));
-    wr16(p + H_FREELO, (uint16_t)(rd16(p + H_FREELO) - SLOT_SZ));
+    wr16(p + H_FREELO, (uint16_t)lo);
     if (off == rd16(p + H_FREEHI)) wr16(p + H_FREEHI, (uint16_t)(off + sz));
     else wr16(p + N_GARBAGE, (uint16_t)(rd16(p + N_GARBAGE) + sz));
 }
 
+/* Pack the cells against the end of the page; the space given back joins
+ * the gap and is zeroed. */
 static void node_compact(ps_core *c, uint8_t *p, int inner) {
     uint8_t *tmp = c->scratch;
     memcpy(tmp, p, c->usable);
-    uint32_t n = nkeys(p), hi = c->usable;
+    uint32_t n = nkeys(p), hi = c->usable, st = sstride(inner);
+    uint8_t *s = p + sbase(inner) + (inner ? IS_OFF : 0);
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t off = cell_off(tmp, inner, (int)i), sz = cell_size(tmp + off, inner);
+        uint32_t off = cell_off(tmp, inner, (int)i), sz = node_cell_size(tmp, inner, (int)i);
         hi -= sz;
         memcpy(p + hi, tmp + off, sz);
-        wr16(p + sbase(inner) + SLOT_SZ * (size_t)i, (uint16_t)hi);
+        wr16(s + st * (size_t)i, (uint16_t)hi);
     }
+    uint32_t lo = rd16(p + H_FREELO);
+    memset(p + lo, 0, hi - lo);
     wr16(p + H_FREEHI, (uint16_t)hi);
     wr16(p + N_GARBAGE, 0);
+}
+
+/* Start loading the lines of a node that its search will read first: the
+ * header line and, for a leaf (the level that misses in every cache), the
+ * next three lines of slots, all at once instead of one miss after another. */
+static inline void node_prefetch(const uint8_t *p, int leaf) {
+    __builtin_prefetch(p);
+    if (leaf) {
+        __builtin_prefetch(p + 64);
+        __builtin_prefetch(p + 128);
+        __builtin_prefetch(p + 192);
+    }
 }
 
 /* Descend to the leaf for key, recording the path.  pin: pin every page
@@ -159,9 +258,10 @@ static int descend(ps_core *c, const uint8_t *key, size_t klen, path_t *pa, int 
     for (int lvl = 0;; lvl++) {
         int64_t s = page_fetch(c, id, may_load);
         if (s < 0) return (int)s;
+        const uint8_t *p = slot_page(c, (uint32_t)s);
+        node_prefetch(p, lvl == h - 1);
         if (pin) pin_op(c, (uint32_t)s);
         pa->slot[lvl] = (uint32_t)s;
-        const uint8_t *p = slot_page(c, (uint32_t)s);
         uint16_t type = rd16(p + H_TYPE);
         if (lvl == h - 1) {
             if (type != PS_PAGE_LEAF) return corrupt_page(c, id, "expected a leaf page");
@@ -187,14 +287,25 @@ static int node_split(ps_core *c, path_t *pa, int lvl, int idx, const uint8_t *c
     int n = nkeys(old), total = n + 1;
     const uint8_t **cp = c->cellp;
     uint32_t *cs = c->cells;
+    uint8_t *w = c->splitbuf;   /* inner entries of the old node, in flight form */
     uint64_t T = 0;
     for (int i = 0, j = 0; i < total; i++) {
         if (i == idx) {
             cp[i] = cell;
             cs[i] = sz;
+        } else if (inner) {
+            uint32_t kl;
+            const uint8_t *k = node_key(old, 1, j, &kl);
+            wr16(w, (uint16_t)kl);
+            wr64(w + 2, child_at(old, j + 1));
+            memcpy(w + INNER_CELL_HDR, k, kl);
+            cp[i] = w;
+            cs[i] = INNER_CELL_HDR + kl;
+            w += cs[i];
+            j++;
         } else {
-            cp[i] = old + cell_off(old, inner, j++);
-            cs[i] = cell_size(cp[i], inner);
+            cp[i] = old + cell_off(old, 0, j++);
+            cs[i] = cell_size(cp[i], 0);
         }
         T += cs[i] + SLOT_SZ;
     }
@@ -221,9 +332,19 @@ static int node_split(ps_core *c, path_t *pa, int lvl, int idx, const uint8_t *c
     int start = inner ? k + 1 : k;
     node_reset(c, r, inner, inner ? rd64(cp[k] + 2) : 0);
     for (int i = start; i < total; i++) node_put(r, inner, i - start, cp[i], cs[i]);
-    /* the separator goes up as a new inner cell (klen, child=rid, key) */
+    /* The separator goes up as an inner entry (klen, child = rid, key).  For
+     * a leaf split it is the shortest prefix of the right page's first key
+     * that is still above the left page's last key (suffix truncation):
+     * every key on the left is < it <= every key on the right, and short
+     * separators make inner nodes wider and the upper levels smaller. */
     uint8_t *pc = c->cellbuf[(lvl + 1) & 1];
     uint32_t sl = cell_klen(cp[k]);
+    if (!inner) {
+        const uint8_t *a = cell_key(cp[k - 1], 0), *b = cell_key(cp[k], 0);
+        uint32_t al = cell_klen(cp[k - 1]), m = al < sl ? al : sl, l = 0;
+        while (l < m && a[l] == b[l]) l++;
+        if (l + 1 < sl) sl = l + 1;
+    }
     wr16(pc, (uint16_t)sl);
     wr64(pc + 2, rid);
     memcpy(pc + INNER_CELL_HDR, cell_key(cp[k], inner), sl);
@@ -408,7 +529,7 @@ static int remove_child(ps_core *c, path_t *pa, int L) {
         return page_free(c, rd64(p + H_PAGEID));
     }
     if (ci == 0) {
-        wr64(p + INNER_CHILD0, rd64(p + cell_off(p, 1, 0) + 2));
+        wr64(p + INNER_CHILD0, child_at(p, 1));
         node_remove(p, 1, 0);
     } else {
         node_remove(p, 1, ci - 1);
@@ -635,6 +756,11 @@ typedef struct vctx {
     ps_verify_info *info;
 } vctx;
 
+/* the gap [lo, hi) of a page is all zeros (docs/page-format.md) */
+static int gap_zero(const ps_core *c, const uint8_t *p, uint32_t lo, uint32_t hi) {
+    return lo >= hi || memcmp(p + lo, c->zero_page, hi - lo) == 0;
+}
+
 static int v_mark(vctx *v, uint64_t id, const char *what) {
     ps_core *c = v->c;
     if (id == 0 || id >= c->meta.page_count) {
@@ -666,6 +792,7 @@ static int v_ovf(vctx *v, uint64_t id, uint32_t vlen) {
         if (len == 0 || len > c->usable - O_DATA) return corrupt_page(c, id, "bad overflow length");
         if (rd16(p + H_FREELO) != O_DATA + len || rd16(p + H_FREEHI) != c->usable)
             return corrupt_page(c, id, "overflow free_lo/free_hi wrong");
+        if (!gap_zero(c, p, O_DATA + len, c->usable)) return corrupt_page(c, id, "gap not zeroed");
         got += len;
         v->info->overflow_pages++;
         id = rd64(p + O_NEXT);
@@ -696,24 +823,25 @@ static int v_node(vctx *v, uint64_t id, int lvl, const uint8_t *lo, size_t lolen
         rc = corrupt_page(c, id, leaf ? "expected a leaf at the leaf level" : "expected an inner page");
         goto out;
     }
-    if (flo != base + SLOT_SZ * (uint32_t)n || fhi < flo || fhi > c->usable) {
+    if (flo != base + sstride(inner) * (uint32_t)n || fhi < flo || fhi > c->usable) {
         rc = corrupt_page(c, id, "free_lo/free_hi inconsistent with the slot array");
         goto out;
     }
+    if (!gap_zero(c, p, flo, fhi)) { rc = corrupt_page(c, id, "gap not zeroed"); goto out; }
     memset(used, 0, c->usable);
     for (int i = 0; i < n; i++) {
         uint32_t off = cell_off(p, inner, i);
-        uint32_t hdr = inner ? INNER_CELL_HDR : LEAF_CELL_HDR;
+        uint32_t hdr = inner ? 0 : LEAF_CELL_HDR;
         if (off < fhi || off + hdr > c->usable) { rc = corrupt_page(c, id, "cell offset outside the cell area"); goto out; }
         const uint8_t *cell = p + off;
-        uint32_t sz = cell_size(cell, inner), kl = cell_klen(cell);
+        uint32_t kl, sz = node_cell_size(p, inner, i);
+        const uint8_t *k = node_key(p, inner, i, &kl);
         if (off + sz > c->usable || kl > c->max_key) { rc = corrupt_page(c, id, "cell overruns the page"); goto out; }
         for (uint32_t b = off; b < off + sz; b++) {
             if (used[b]) { rc = corrupt_page(c, id, "cells overlap"); goto out; }
             used[b] = 1;
         }
         sum += sz;
-        const uint8_t *k = cell_key(cell, inner);
         if (slot_head(p, inner, i) != key_head(k, kl)) { rc = corrupt_page(c, id, "slot key head differs from its key"); goto out; }
         if (prev && keycmp(prev, prevlen, k, kl) >= 0) { rc = corrupt_page(c, id, "keys out of order"); goto out; }
         if (has_lo && keycmp(k, kl, lo, lolen) < 0) { rc = corrupt_page(c, id, "key below its separator bound"); goto out; }
@@ -739,13 +867,12 @@ static int v_node(vctx *v, uint64_t id, int lvl, const uint8_t *lo, size_t lolen
         const uint8_t *clo = lo, *chi = hi;
         size_t clolen = lolen, chilen = hilen;
         int chas_lo = has_lo, chas_hi = has_hi;
+        uint32_t kl;
         if (ci > 0) {
-            const uint8_t *cell = p + cell_off(p, 1, ci - 1);
-            clo = cell + INNER_CELL_HDR; clolen = cell_klen(cell); chas_lo = 1;
+            clo = node_key(p, 1, ci - 1, &kl); clolen = kl; chas_lo = 1;
         }
         if (ci < n) {
-            const uint8_t *cell = p + cell_off(p, 1, ci);
-            chi = cell + INNER_CELL_HDR; chilen = cell_klen(cell); chas_hi = 1;
+            chi = node_key(p, 1, ci, &kl); chilen = kl; chas_hi = 1;
         }
         rc = v_node(v, child_at(p, ci), lvl + 1, clo, clolen, chas_lo, chi, chilen, chas_hi);
         if (rc) goto out;
@@ -761,7 +888,8 @@ int bt_verify(ps_core *c, ps_verify_info *info) {
     if (!v.seen) return PS_E_NOMEM;
     int rc = 0;
     const uint8_t *m = slot_page(c, (uint32_t)pt_find(c, 0));
-    if (rd16(m + H_TYPE) != PS_PAGE_META || memcmp(m + M_MAGIC, "PAGESTOR", 8) != 0) {
+    if (rd16(m + H_TYPE) != PS_PAGE_META || memcmp(m + M_MAGIC, "PAGESTOR", 8) != 0 ||
+        !gap_zero(c, m, M_END, c->usable)) {
         rc = corrupt_page(c, 0, "bad meta page");
         goto out;
     }
@@ -777,7 +905,8 @@ int bt_verify(ps_core *c, ps_verify_info *info) {
         const uint8_t *p = slot_page(c, (uint32_t)s);
         uint32_t n = rd32(p + F_COUNT);
         if (rd16(p + H_TYPE) != PS_PAGE_FREELIST || rd64(p + H_PAGEID) != id || n > cap ||
-            rd16(p + H_FREELO) != F_IDS + 8 * n || rd16(p + H_FREEHI) != c->usable) {
+            rd16(p + H_FREELO) != F_IDS + 8 * n || rd16(p + H_FREEHI) != c->usable ||
+            !gap_zero(c, p, F_IDS + 8 * n, c->usable)) {
             rc = corrupt_page(c, id, "bad freelist page");
             goto out;
         }

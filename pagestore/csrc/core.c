@@ -49,37 +49,35 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->handle = handle;
     c->nslots = (uint32_t)nslots;
     c->ncow = (uint32_t)ncow;
-    uint64_t ptn = 16;
-    int bits = 4;
-    while (ptn < 2 * nslots) { ptn <<= 1; bits++; }
-    c->pt_mask = ptn - 1;
-    c->pt_shift = 64 - bits;
     size_t maxcells = page_size / 8 + 2;
     c->mem = aligned((size_t)nslots * page_size);
     c->slots = aligned(nslots * sizeof *c->slots);
     c->free_slots = malloc(nslots * sizeof *c->free_slots);
-    c->pt = aligned(ptn * sizeof *c->pt);
     c->cow_mem = aligned((size_t)ncow * page_size);
     c->cow_free = malloc((ncow + 1) * sizeof *c->cow_free);
+    c->cow_owner = malloc((ncow + 1) * sizeof *c->cow_owner);
     c->scratch = aligned(3 * (size_t)page_size);
     c->cellbuf[0] = malloc(page_size);
     c->cellbuf[1] = malloc(page_size);
+    c->splitbuf = malloc(page_size);
     c->cellp = malloc(maxcells * sizeof *c->cellp);
     c->cells = malloc(maxcells * sizeof *c->cells);
     c->zero_page = calloc(1, page_size);
     c->ckpt_ids = malloc(nslots * sizeof *c->ckpt_ids);
     c->ckpt_ids_cap = nslots;
-    if (!c->mem || !c->slots || !c->free_slots || !c->pt || !c->cow_mem || !c->cow_free ||
-        !c->scratch || !c->cellbuf[0] || !c->cellbuf[1] || !c->cellp || !c->cells ||
+    if (!c->mem || !c->slots || !c->free_slots || !c->cow_mem || !c->cow_free || !c->cow_owner ||
+        !c->scratch || !c->cellbuf[0] || !c->cellbuf[1] || !c->splitbuf || !c->cellp || !c->cells ||
         !c->zero_page || !c->ckpt_ids) {
         ps_destroy(c);
         return PS_E_NOMEM;
     }
     memset(c->slots, 0, nslots * sizeof *c->slots);
-    for (uint64_t i = 0; i < ptn; i++) c->pt[i].id = PT_EMPTY;
     for (uint32_t i = 0; i < c->nslots; i++) c->free_slots[i] = c->nslots - 1 - i;
     c->nfree = c->nslots;
-    for (uint32_t i = 0; i < c->ncow; i++) c->cow_free[i] = c->ncow - 1 - i;
+    for (uint32_t i = 0; i < c->ncow; i++) {
+        c->cow_free[i] = c->ncow - 1 - i;
+        c->cow_owner[i] = COW_NONE;
+    }
     c->ncow_free = c->ncow;
     c->op_epoch = 1;
     c->sig->slots_total = nslots;
@@ -97,10 +95,12 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
 void ps_destroy(ps_core *c) {
     if (!c) return;
     if (c->slots) pthread_rwlock_destroy(&c->lock);
-    free(c->mem); free(c->slots); free(c->free_slots); free(c->pt); free(c->cow_mem);
-    free(c->cow_free); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]);
+    free(c->mem); free(c->slots); free(c->free_slots); free(c->cow_mem);
+    free(c->cow_free); free(c->cow_owner); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
     free(c->cellp); free(c->cells); free(c->zero_page); free(c->ckpt_ids);
     free(c->undo); free(c->undo_img); free(c->pins);
+    for (uint64_t d = 0; d < c->pt_ndir; d++) free(c->pt_dir[d]);
+    free(c->pt_dir);
     free(c);
 }
 
@@ -513,9 +513,29 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
     return rc;
 }
 
+/* In-checkpoint pages that hold a copy-on-write image, ascending: found
+ * through the buffer's owner map, so the cost is the buffer size, not the
+ * page memory size.  out must hold cow_capacity ids. */
+int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out) {
+    pthread_rwlock_rdlock(&c->lock);
+    size_t n = 0;
+    int rc = PS_OK;
+    for (uint32_t i = 0; i < c->ncow; i++) {
+        uint32_t s = c->cow_owner[i];
+        if (s == COW_NONE || !c->slots[s].inckpt) continue;
+        if (n == cap) { rc = PS_E_NEED_SPACE; break; }
+        out[n++] = c->slots[s].page_id;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    if (rc == PS_OK) qsort(out, n, sizeof *out, cmp_u64);
+    *n_out = n;
+    return rc;
+}
+
 static void release_slot(ps_core *c, slot_t *sl) {
     sl->inckpt = 0;
     if (sl->cow >= 0) {
+        c->cow_owner[sl->cow] = COW_NONE;
         c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
         sl->cow = -1;
         c->sig->cow_used--;

@@ -1,6 +1,6 @@
 /* Page memory: one aligned region cut into page slots, a page table
- * (page id -> slot, open addressing with linear probing and backward-shift
- * deletion), clock replacement, the checkpoint buffer (copy-on-write), page
+ * (page id -> slot, a two-level direct map, see ps_internal.h), clock
+ * replacement, the checkpoint buffer (copy-on-write), page
  * allocation through the freelist, and the undo log of guarded operations.
  *
  * Invariant (DESIGN.md §4.6): replacement evicts only clean, unpinned pages
@@ -19,34 +19,32 @@ int set_err(ps_core *c, int code, const char *fmt, ...) {
     return code;
 }
 
+/* Make sure page id has a page-table entry (allocates its chunk). */
+int pt_reserve(ps_core *c, uint64_t id) {
+    uint64_t d = id >> PT_CHUNK_BITS;
+    if (d >= c->pt_ndir) {
+        uint64_t n = c->pt_ndir ? c->pt_ndir : 16;
+        while (n <= d) n *= 2;
+        uint32_t **nd = realloc(c->pt_dir, n * sizeof *nd);
+        if (!nd) return PS_E_NOMEM;
+        memset(nd + c->pt_ndir, 0, (n - c->pt_ndir) * sizeof *nd);
+        c->pt_dir = nd;
+        c->pt_ndir = n;
+    }
+    if (!c->pt_dir[d]) {
+        c->pt_dir[d] = calloc(PT_CHUNK, sizeof **c->pt_dir);
+        if (!c->pt_dir[d]) return PS_E_NOMEM;
+    }
+    return 0;
+}
+
 void pt_insert(ps_core *c, uint64_t id, uint32_t s) {
-    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
-    while (c->pt[h].id != PT_EMPTY) h = (h + 1) & c->pt_mask;
-    c->pt[h].id = id;
-    c->pt[h].slot = s;
-    c->pt[h].ref = 1;
+    *pt_ent(c, id) = (s + 1) | PT_REF;
 }
 
 void pt_remove(ps_core *c, uint64_t id) {
-    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
-    while (c->pt[h].id != id) {
-        if (c->pt[h].id == PT_EMPTY) return;
-        h = (h + 1) & c->pt_mask;
-    }
-    /* backward-shift deletion keeps every probe chain unbroken */
-    uint64_t hole = h, j = h;
-    for (;;) {
-        j = (j + 1) & c->pt_mask;
-        if (c->pt[j].id == PT_EMPTY) break;
-        uint64_t home = (c->pt[j].id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
-        /* move j into the hole unless its home lies cyclically in (hole, j] */
-        int in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (!in_range) {
-            c->pt[hole] = c->pt[j];
-            hole = j;
-        }
-    }
-    c->pt[hole].id = PT_EMPTY;
+    uint32_t *e = pt_ent(c, id);
+    if (e) *e = 0;
 }
 
 /* A free slot: from the free list, else by clock replacement of a clean page. */
@@ -58,8 +56,8 @@ static int64_t slot_alloc(ps_core *c) {
         c->clock_hand = s + 1 == c->nslots ? 0 : s + 1;
         slot_t *sl = &c->slots[s];
         if (!sl->used || sl->dirty || sl->inckpt || sl->pin) continue;
-        pt_entry *e = pt_entry_of(c, sl->page_id);
-        if (e->ref) { e->ref = 0; continue; }
+        uint32_t *e = pt_ent(c, sl->page_id);
+        if (*e & PT_REF) { *e &= ~PT_REF; continue; }
         pt_remove(c, sl->page_id);
         sl->used = 0;
         c->sig->evictions++;
@@ -89,11 +87,12 @@ static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
 }
 
 /* Read page `id` through the Python callback and check it (write lock). */
-static int64_t page_load(ps_core *c, uint64_t id) {
+int64_t page_load(ps_core *c, uint64_t id) {
     if (id >= c->meta.page_count)
         return c->bad_page = id,
                set_err(c, PS_E_CORRUPT, "page %llu is referenced but beyond page_count %llu",
                        (unsigned long long)id, (unsigned long long)c->meta.page_count);
+    if (pt_reserve(c, id)) return PS_E_NOMEM;
     int64_t s = slot_alloc(c);
     if (s < 0) return s;
     uint8_t *p = slot_page(c, (uint32_t)s);
@@ -112,13 +111,6 @@ static int64_t page_load(ps_core *c, uint64_t id) {
     slot_claim(c, (uint32_t)s, id);
     c->sig->page_loads++;
     return s;
-}
-
-int64_t page_fetch(ps_core *c, uint64_t id, int may_load) {
-    int64_t s = pt_find_touch(c, id);
-    if (s >= 0) return s;
-    if (!may_load) return PS_RETRY;
-    return page_load(c, id);
 }
 
 void pin_op(ps_core *c, uint32_t s) {
@@ -181,6 +173,7 @@ int page_w(ps_core *c, uint32_t s) {
         uint32_t i = c->cow_free[--c->ncow_free];
         memcpy(cow_page(c, i), slot_page(c, s), c->page_size);
         sl->cow = (int32_t)i;
+        c->cow_owner[i] = s;
         c->sig->cow_used++;
         c->sig->cow_copies++;
         if (c->sig->cow_used > c->sig->cow_peak) c->sig->cow_peak = c->sig->cow_used;
@@ -205,10 +198,10 @@ static int64_t page_slot_for_new(ps_core *c, uint64_t id) {
         int rc = undo_reserve(c, 0);
         if (rc) return rc;
     }
+    if (pt_reserve(c, id)) return PS_E_NOMEM;
     s = slot_alloc(c);
     if (s < 0) return s;
-    slot_claim(c, (uint32_t)s, id);
-    memset(slot_page(c, (uint32_t)s), 0, c->page_size);
+    slot_claim(c, (uint32_t)s, id);   /* the callers initialise the whole page */
     slot_t *sl = &c->slots[s];
     sl->dirty = 1;
     c->sig->dirty_pages++;
@@ -248,6 +241,7 @@ int64_t page_new(ps_core *c, uint16_t type, uint64_t *id_out) {
             int rc = page_w(c, (uint32_t)hs);
             if (rc) return rc;
             id = rd64(h + F_IDS + 8 * (size_t)(n - 1));
+            memset(h + F_IDS + 8 * (size_t)(n - 1), 0, 8);   /* joins the gap */
             wr32(h + F_COUNT, n - 1);
             wr16(h + H_FREELO, (uint16_t)(F_IDS + 8 * (n - 1)));
         } else {
@@ -330,6 +324,7 @@ void op_rollback(ps_core *c) {
         }
         memcpy(slot_page(c, u->slot), c->undo_img + u->img_off, c->page_size);
         if (sl->cow >= 0 && u->prior_cow < 0) {
+            c->cow_owner[sl->cow] = COW_NONE;
             c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
             c->sig->cow_used--;
         }

@@ -13,8 +13,8 @@
  *     6   2  format = 1
  *     8   8  page_id
  *    16   8  checkpoint_id (stamped in copies headed to disk)
- *    24   2  free_lo  } the unused gap [free_lo, free_hi): garbage, may be
- *    26   2  free_hi  } skipped by compression; exact for every page type
+ *    24   2  free_lo  } the unused gap [free_lo, free_hi): always all zeros,
+ *    26   2  free_hi  } so compression may drop it; exact for every page type
  *    28   4  reserved = 0
  *   [U, P)   page_reserve bytes, never used (encryption nonce and tag)
  *
@@ -35,9 +35,10 @@
  *    34   2  garbage                           40  4  data length in this page
  *    36   4  reserved                          44  4  reserved
  *    40   8  child 0 (keys < key 0)            48     data; free_lo = 48 + len, free_hi = U
- *    48 6n   slots: u16 cell offset, u32 key head
- *            free_lo = 48 + 6n, free_hi = cell area start
- *    cell: u16 klen, u64 child (keys >= key), key
+ *    48 16n  slots: u32 key head, u16 key offset, u16 key length,
+ *            u64 child (keys >= key); child c at 40 + 16c
+ *            free_lo = 48 + 16n, free_hi = cell area start
+ *    cell: the key bytes only
  *
  *   freelist
  *    32   8  next freelist page id (0 = last)
@@ -173,4 +174,5 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out);
 int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
 int ps_ckpt_end(ps_core *c);
+int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out);
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction);

@@ -31,6 +31,7 @@
 #error "pagestore's C core assumes a little-endian host"
 #endif
 
+#define COW_NONE UINT32_MAX
 #define PS_RETRY (-100) /* internal: a reader met a page miss; redo under the write lock */
 
 /* common header offsets */
@@ -61,9 +62,14 @@
 #define LEAF_SLOTS 40
 #define INNER_CHILD0 40
 #define INNER_SLOTS 48
-#define SLOT_SZ 6          /* u16 cell offset, u32 key head */
+#define SLOT_SZ 6          /* leaf slot: u16 cell offset, u32 key head */
+#define INNER_SLOT_SZ 16   /* inner slot: u32 key head, u16 key offset, u16 key length, u64 child */
+#define IS_HEAD 0
+#define IS_OFF 4
+#define IS_KLEN 6
+#define IS_CHILD 8
 #define LEAF_CELL_HDR 6
-#define INNER_CELL_HDR 10
+#define INNER_CELL_HDR 10  /* inner entry in flight: u16 klen, u64 child, key */
 #define KLEN_OVF 0x8000u
 
 /* overflow and freelist pages */
@@ -89,12 +95,18 @@ typedef struct slot {
     uint8_t used, dirty, inckpt, pad;
 } slot_t;
 
-typedef struct pt_entry {
-    uint64_t id;           /* PT_EMPTY if free */
-    uint32_t slot;
-    uint32_t ref;          /* clock reference bit of the page */
-} pt_entry;
-#define PT_EMPTY UINT64_MAX
+/* Page table: page id -> slot, a two-level direct map.  Page ids are dense
+ * (0 .. page_count), so a directory of chunks of PT_CHUNK entries indexed by
+ * id is both smaller and faster than a hash: 4 bytes per page id in use,
+ * the entries of the hot pages stay in L1/L2, and a lookup is two dependent
+ * loads with no probing.  An entry is 0 when the page is not resident, else
+ * (slot + 1) with bit 31 the clock reference bit.  Chunks are allocated
+ * (under the write lock) before a page of their range is first made
+ * resident and live until ps_destroy. */
+#define PT_CHUNK_BITS 14
+#define PT_CHUNK (1u << PT_CHUNK_BITS)
+#define PT_REF 0x80000000u
+#define PT_SLOT 0x7FFFFFFFu
 
 typedef struct meta {
     uint64_t root, page_count, free_head, key_count;
@@ -123,15 +135,15 @@ struct ps_core {
     uint32_t *free_slots;
     uint32_t nfree;
     uint32_t clock_hand;
-    pt_entry *pt;
-    uint64_t pt_mask;
-    int pt_shift;
+    uint32_t **pt_dir;     /* page table directory (see PT_CHUNK) */
+    uint64_t pt_ndir;
 
     /* checkpoint buffer */
     uint8_t *cow_mem;
     uint32_t ncow;
     uint32_t *cow_free;
     uint32_t ncow_free;
+    uint32_t *cow_owner;   /* slot whose checkpoint image each buffer page holds (COW_NONE: free) */
 
     meta_t meta;
     int ready;
@@ -148,6 +160,7 @@ struct ps_core {
     size_t npins, pins_cap;
     uint8_t *scratch;      /* 2 pages: page copy, new cell */
     uint8_t *cellbuf[2];   /* separator cells moving up during splits (by level parity) */
+    uint8_t *splitbuf;     /* entries of an inner node being split, in flight form */
     const uint8_t **cellp; /* cells of a node being split */
     uint32_t *cells;
     uint8_t *zero_page;
@@ -183,29 +196,38 @@ static inline uint8_t *slot_page(const ps_core *c, uint32_t s) {
 static inline uint8_t *cow_page(const ps_core *c, uint32_t i) {
     return c->cow_mem + (size_t)i * c->page_size;
 }
-static inline pt_entry *pt_entry_of(const ps_core *c, uint64_t id) {
-    uint64_t h = (id * 0x9E3779B97F4A7C15ull) >> c->pt_shift;
-    for (;;) {
-        pt_entry *e = &c->pt[h];
-        if (e->id == id) return e;
-        if (e->id == PT_EMPTY) return NULL;
-        h = (h + 1) & c->pt_mask;
-    }
+/* the page-table entry of id, or NULL if its chunk does not exist */
+static inline uint32_t *pt_ent(const ps_core *c, uint64_t id) {
+    uint64_t d = id >> PT_CHUNK_BITS;
+    if (__builtin_expect(d >= c->pt_ndir, 0)) return NULL;
+    uint32_t *ch = c->pt_dir[d];
+    return ch ? ch + (id & (PT_CHUNK - 1)) : NULL;
 }
 static inline int64_t pt_find(const ps_core *c, uint64_t id) {
-    const pt_entry *e = pt_entry_of(c, id);
-    return e ? (int64_t)e->slot : -1;
+    const uint32_t *e = pt_ent(c, id);
+    uint32_t v = e ? *e & PT_SLOT : 0;
+    return (int64_t)v - 1;
 }
-/* lookup that marks the page recently used (safe under the read lock) */
+/* lookup that marks the page recently used (safe under the read lock: the
+ * bit is set with an atomic OR, and only when it is clear) */
 static inline int64_t pt_find_touch(const ps_core *c, uint64_t id) {
-    pt_entry *e = pt_entry_of(c, id);
-    if (!e) return -1;
-    if (!e->ref) __atomic_store_n(&e->ref, 1, __ATOMIC_RELAXED);
-    return (int64_t)e->slot;
+    uint32_t *e = pt_ent(c, id);
+    if (__builtin_expect(!e, 0)) return -1;
+    uint32_t v = __atomic_load_n(e, __ATOMIC_RELAXED);
+    if (__builtin_expect(!(v & PT_REF), 0) && v) __atomic_fetch_or(e, PT_REF, __ATOMIC_RELAXED);
+    return (int64_t)(v & PT_SLOT) - 1;
 }
-void pt_insert(ps_core *c, uint64_t id, uint32_t s);
+int pt_reserve(ps_core *c, uint64_t id);
+void pt_insert(ps_core *c, uint64_t id, uint32_t s);  /* after pt_reserve(id) */
 void pt_remove(ps_core *c, uint64_t id);
-int64_t page_fetch(ps_core *c, uint64_t id, int may_load);
+int64_t page_load(ps_core *c, uint64_t id);
+/* the slot of page id, loading it on a miss if may_load (else PS_RETRY) */
+static inline int64_t page_fetch(ps_core *c, uint64_t id, int may_load) {
+    int64_t s = pt_find_touch(c, id);
+    if (__builtin_expect(s >= 0, 1)) return s;
+    if (!may_load) return PS_RETRY;
+    return page_load(c, id);
+}
 void pin_op(ps_core *c, uint32_t s);
 void unpin_op_all(ps_core *c);
 int page_w(ps_core *c, uint32_t s);
