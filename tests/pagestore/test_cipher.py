@@ -202,8 +202,13 @@ def test_header_of_a_smaller_page_size_opens_so_the_mismatch_can_be_reported(c1)
 def test_page_file_through_diskio_names_the_file(tmp_path, c1):
     from diskio import PosixFS
     from pagestore.pagefile import PageFile
+    from pagestore._native import seal_page
     pf = PageFile(PosixFS(), str(tmp_path), 4096, c1)
-    pages = [plain_page(seed=i) for i in range(4)]
+    pages = []
+    for i in range(4):                  # valid page images: the page file checks them too
+        img = bytearray(plain_page(seed=i))
+        seal_page(img, i)
+        pages.append(bytes(img))
     pf.write_pages([0, 1, 3], b"".join((pages[0], pages[1], pages[3])))   # page 2 never written
     pf.sync()
     buf = bytearray(4096)
