@@ -16,7 +16,7 @@ SANITIZE_ENV := LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-fi
                 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 endif
 
-.PHONY: setup build test torture bench java clean
+.PHONY: setup build test torture microbench bench java clean
 
 setup: $(STAMP) build
 
@@ -41,7 +41,10 @@ java:
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 
 test: setup java
-	$(SANITIZE_ENV) $(PYTEST) -q -m "not slow" tests
+	$(SANITIZE_ENV) $(PYTEST) -q -m "not slow" --benchmark-disable -p no:warnings tests
+
+microbench: setup
+	$(PYTEST) -q --benchmark-only tests/pagestore/test_microbench.py
 
 torture: setup
 	PAGESTORE_TORTURE=1 $(PYTEST) -q -m slow tests

@@ -55,6 +55,14 @@ REC_ROLLBACK = lib.PS_REC_ROLLBACK
 OP_PUT = 1
 OP_DELETE = 2
 
+# PAGE_SNAPSHOT codecs the C encoder applies (physical_wal): the names of
+# recovery_compression. "disabled" logs whole images; every other name drops
+# the zeroed free gap (skip_garbage, codec byte 0x81). The general codecs
+# (snappy, zstd, lz4) are Python-side and not applied to WAL page images.
+SNAPSHOT_CODECS = {"disabled": lib.PS_SNAP_DISABLED, "skip_garbage": lib.PS_SNAP_SKIP_GARBAGE,
+                   "snappy": lib.PS_SNAP_SKIP_GARBAGE, "zstd": lib.PS_SNAP_SKIP_GARBAGE,
+                   "lz4": lib.PS_SNAP_SKIP_GARBAGE}
+
 _GET_BUF = 64 << 10
 _SCAN_CHUNK = 128 << 10
 _SIGNAL_FIELDS = tuple(name for name, _ in ffi.typeof("ps_signals").fields)
@@ -148,7 +156,9 @@ class Core:
 
     def __init__(self, page_size: int, memory_size: int, checkpoint_buffer_size: int,
                  page_reserve: int = 0, read_page=None, wal_segment=None,
-                 physical_wal: bool = False):
+                 physical_wal: bool = False, snapshot_codec: str = "disabled"):
+        if snapshot_codec not in SNAPSHOT_CODECS:
+            raise ValueError(f"snapshot_codec must be one of {sorted(SNAPSHOT_CODECS)}, got {snapshot_codec!r}")
         if page_size < MIN_PAGE_SIZE or page_size > MAX_PAGE_SIZE or page_size & (page_size - 1):
             raise ValueError(f"page_size must be a power of two in {MIN_PAGE_SIZE}..{MAX_PAGE_SIZE}")
         if memory_size // page_size < 8:
@@ -168,6 +178,7 @@ class Core:
             raise MemoryError(f"cannot create the C core (status {rc})") if rc == PS_E_NOMEM \
                 else ValueError(f"bad C core parameters (status {rc})")
         self._c = out[0]
+        self.set_snapshot_codec(snapshot_codec)
         self.max_key = lib.ps_max_key(self._c)
         self.max_inline = lib.ps_max_inline(self._c)
         self.physical_wal = bool(physical_wal)
@@ -271,6 +282,15 @@ class Core:
         if rc:
             self._raise(rc)
         self._cb.wal_keep = [(buf, ptr)]
+
+    def set_snapshot_codec(self, name: str) -> None:
+        """PAGE_SNAPSHOT codec of the physical mode from now on (SNAPSHOT_CODECS)."""
+        if name not in SNAPSHOT_CODECS:
+            raise ValueError(f"snapshot_codec must be one of {sorted(SNAPSHOT_CODECS)}, got {name!r}")
+        rc = lib.ps_set_snapshot_codec(self._c, SNAPSHOT_CODECS[name])
+        if rc:
+            self._raise(rc)
+        self.snapshot_codec = name
 
     def wal_disable(self) -> None:
         """Log nothing from now on (tests of the tree alone)."""

@@ -107,6 +107,7 @@ class Database:
             read_page=self._pages.read_page, wal_segment=self._wal_segment,
             physical_wal=(cfg.recovery_data == "wal"))
         self._signals = self._core.signals
+        self._begin_lsn = rec.replay_from_lsn
         new_store = self._pages.is_new()
         if new_store:
             self._core.format_new()
@@ -171,6 +172,14 @@ class Database:
         return count
 
     def _wal_segment(self, seq: int):
+        """The C core's next-segment callback; also the WAL-size checkpoint trigger
+        (as Ignite checks at rollover), since it runs once per segment."""
+        ckpt = self.__dict__.get("_ckpt")
+        if ckpt is not None:
+            # Only plain reads here: this runs inside the C core's tree lock.
+            since = seq * self.config.wal_segment_size - self._begin_lsn
+            if since >= self.config.checkpoint_wal_size:
+                ckpt.request("wal size")
         return self._wal.segment_for(seq)
 
     def _bind_hot_paths(self) -> None:
@@ -368,6 +377,7 @@ class Database:
     def begin(self, checkpoint_id: int) -> _Snapshot:
         t0 = time.perf_counter()
         ids, lsn = self._core.ckpt_begin(checkpoint_id, b"")
+        self._begin_lsn = lsn
         return _Snapshot(ids, lsn, time.perf_counter() - t0)
 
     def copy_pages(self, page_ids, out) -> None:
@@ -378,6 +388,10 @@ class Database:
 
     def finish(self) -> None:
         self._core.ckpt_end()
+
+    def pages_with_copy(self):
+        """In-checkpoint pages holding a copy-on-write copy: written first when the buffer fills."""
+        return self._core.ckpt_pages_with_copy()
 
     def checkpoint_buffer(self):
         s = self._signals

@@ -43,7 +43,7 @@ class Throttle:
             checkpoint_running=p["running"], checkpoint_pages=p["checkpoint_pages"],
             recovery_pages_written=p["recovery_pages_written"],
             pages_written=p["pages_written"], pages_dirtied=s.pages_dirtied,
-            in_checkpoint_page=False)
+            in_checkpoint_page=None)  # unknown per write: policies assume it is
 
     def check(self) -> None:
         """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""

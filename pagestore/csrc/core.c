@@ -372,8 +372,12 @@ int64_t ps_apply_log(ps_core *c, const char *recs, size_t len) {
         if (rc) break;
         off += rl;
     }
-    if (rc) op_rollback(c);
-    else op_commit(c);
+    if (rc) {
+        op_rollback(c);
+    } else {
+        if (c->physical) wal_physical_unlogged(c);   /* replay logs no page records */
+        op_commit(c);
+    }
     pthread_rwlock_unlock(&c->lock);
     return rc ? rc : n;
 }
@@ -458,6 +462,21 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
         if (rc) goto out;
         memcpy(m, tmp, c->page_size);
         op_commit(c);
+        c->slots[s0].snap = 0;
+    }
+    /* physical mode: the checkpoint image of every page of this checkpoint
+     * that has no PAGE_SNAPSHOT since the previous ckpt_begin (page 0 after
+     * the meta update, pages built before the WAL was attached or changed by
+     * replay), so that the records between the previous CHECKPOINT record
+     * and this one rebuild every page of the checkpoint (walenc.c) */
+    if (c->physical && c->wal_on) {
+        for (uint32_t s = 0; s < c->nslots; s++) {
+            slot_t *sl = &c->slots[s];
+            if (!sl->used || !sl->dirty || sl->snap) continue;
+            rc = wal_page_snapshot(c, sl->page_id, slot_page(c, s));
+            if (rc) goto out;
+            sl->snap = 1;
+        }
     }
     uint8_t h[8];
     wr64(h, checkpoint_id);
@@ -468,6 +487,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
     uint64_t n = 0;
     for (uint32_t s = 0; s < c->nslots; s++) {
         slot_t *sl = &c->slots[s];
+        sl->snap = 0;
         if (!sl->used || !sl->dirty) continue;
         sl->dirty = 0;
         sl->inckpt = 1;

@@ -82,6 +82,7 @@ static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
     sl->used = 1;
     sl->dirty = 0;
     sl->inckpt = 0;
+    sl->snap = 0;
     c->sig->slots_used++;
     pt_insert(c, id, s);
 }
@@ -290,6 +291,7 @@ int page_free(ps_core *c, uint64_t id) {
 
 void op_begin(ps_core *c, int guarded) {
     c->guarded = guarded;
+    c->phys_logged = 0;
     if (guarded) {
         c->op_epoch++;
         c->nundo = 0;
@@ -332,7 +334,20 @@ void op_rollback(ps_core *c) {
         if (sl->dirty && !u->prior_dirty) c->sig->dirty_pages--;
         sl->dirty = u->prior_dirty;
         sl->undo_epoch = 0;
+        if (c->phys_logged) {
+            /* page records of the undone change are in the WAL already: the
+             * page must be logged whole again and be part of the next
+             * checkpoint, whose ckpt_begin logs its image if nothing else
+             * does (walenc.c) */
+            sl->snap = 0;
+            if (!sl->dirty) {
+                sl->dirty = 1;
+                c->sig->dirty_pages++;
+                c->sig->pages_dirtied++;
+            }
+        }
     }
+    c->phys_logged = 0;
     c->meta = c->meta_saved;
     c->sig->rollbacks++;
     unpin_op_all(c);

@@ -97,6 +97,15 @@ enum {
     PS_REC_ROLLBACK = 7
 };
 
+/* PAGE_SNAPSHOT codec byte (checkpoint/pagerecords.py): low 7 bits the codec
+ * id of checkpoint/compression.py, bit 7 "free gap dropped".  The C encoder
+ * applies only these two; the general codecs run in Python. */
+enum {
+    PS_SNAP_DISABLED = 0,
+    PS_SNAP_SKIP_GARBAGE = 1,
+    PS_SNAP_GAP_BIT = 0x80
+};
+
 typedef struct ps_core ps_core;
 
 /* Counters the core keeps; Python reads them through a pointer, no lock. */
@@ -154,6 +163,7 @@ int ps_open_existing(ps_core *c, uint64_t page_count);
 int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
                   uint64_t offset, uint64_t prev_end_lsn, int write_header);
 void ps_wal_disable(ps_core *c);
+int ps_set_snapshot_codec(ps_core *c, int codec);
 
 int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t vlen);
 int64_t ps_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap);

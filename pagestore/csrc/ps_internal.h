@@ -32,6 +32,7 @@
 #endif
 
 #define COW_NONE UINT32_MAX
+#define PS_PAGE_RESET UINT64_MAX /* page id of the reset record of the physical mode (walenc.c) */
 #define PS_RETRY (-100) /* internal: a reader met a page miss; redo under the write lock */
 
 /* common header offsets */
@@ -92,7 +93,9 @@ typedef struct slot {
     uint64_t undo_epoch;   /* == core op_epoch: undo entry recorded in this op */
     int32_t cow;           /* checkpoint-buffer slot holding the checkpoint image, or -1 */
     uint32_t pin;
-    uint8_t used, dirty, inckpt, pad;
+    uint8_t used, dirty, inckpt;
+    uint8_t snap;          /* physical mode: a PAGE_SNAPSHOT of this page was logged since the
+                            * last ckpt_begin and every change since is covered by PAGE_DELTAs */
 } slot_t;
 
 /* Page table: page id -> slot, a two-level direct map.  Page ids are dense
@@ -126,6 +129,9 @@ struct ps_core {
     uint32_t page_size, reserve, usable;
     uint32_t max_key, max_cell, leaf_inline_max;
     int physical;
+    int snap_codec;        /* PAGE_SNAPSHOT codec: PS_SNAP_DISABLED or PS_SNAP_SKIP_GARBAGE */
+    int phys_reset;        /* the reset record is still to be logged before the first page record */
+    int phys_logged;       /* the running guarded op has logged page records */
     void *handle;
 
     /* page memory */
@@ -246,6 +252,8 @@ int wal_fits(const ps_core *c, uint64_t len);
 int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
                uint64_t *start_lsn, uint64_t *end_lsn);
 int wal_physical(ps_core *c);
+void wal_physical_unlogged(ps_core *c);
+int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img);
 
 /* btree.c */
 int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
