@@ -157,3 +157,36 @@ def test_crash_states_torture(recovery_data):
                           seed=200 + seed)
     print(f"\ncrash states checked ({recovery_data}, torture): {n}")
     assert n >= 50_000
+
+
+def test_crash_during_recovery_recovers_again():
+    """A second power loss at every I/O of recovery (restore, replay, the
+    closing checkpoint) still recovers everything acknowledged (fsync mode)."""
+    checked = 0
+    for point in ("checkpoint.page_written", "checkpoint.after_start_marker",
+                  "checkpoint.before_page_fsync"):
+        sim = SimFS()
+        sim.arm(point, hit=3)
+        run = Run(5, 60, 3)
+        assert run_until_crash(sim, run, "fsync", "checkpoint"), point
+        sim.crash(random.Random(1), "random")
+        base = sim.clone()
+        probe = base.clone()
+        before = probe.io_count
+        with open_store(probe, "fsync", "checkpoint"):
+            pass
+        recovery_io = probe.io_count - before
+        for n in range(1, recovery_io + 1):
+            twice = base.clone()
+            twice.arm_io(n)
+            try:
+                db = open_store(twice, "fsync", "checkpoint")
+                db._abandon()
+            except SimulatedCrash:
+                pass
+            twice.disarm()
+            twice.crash(random.Random(n), "random")
+            check_state(twice, run, "fsync", "checkpoint", power_loss=True)
+            checked += 1
+    print(f"\nsecond crashes during recovery checked: {checked}")
+    assert checked >= 30
