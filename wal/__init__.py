@@ -3,11 +3,15 @@
 `format` is the on-disk format shared by writer and reader (and the C
 encoder); `segments` owns the slot files; `reader` reads records back and
 tells a clean end from damage; `log.Wal` ties them together with the three
-durability modes and group commit. Imports only `diskio` and the stdlib.
+durability modes and group commit; `archive` and `compact` keep trimmed
+segments, compacted, and read them back (docs/wal-archive.md). Imports only
+`diskio`, the stdlib, `crc32c` and `cramjam`.
 """
 
 from .format import (BLOCK, CHECKPOINT, COMMIT, DELETE, PAGE_DELTA, PAGE_SNAPSHOT, PUT, ROLLBACK,
                      WINDOW, StreamWriter, encode_record)
+from .archive import Archive, iter_archive, rebuild, wal_end
+from .compact import CompactedFile, finish_interrupted
 from .log import DEFAULT_FLUSH_INTERVAL, DEFAULT_SEGMENT_SIZE, MODES, Wal
 from .reader import Record, RecoveryReport, WalRecoveryWarning, committed_records
 
@@ -15,4 +19,5 @@ __all__ = [
     "BLOCK", "CHECKPOINT", "COMMIT", "DELETE", "PAGE_DELTA", "PAGE_SNAPSHOT", "PUT", "ROLLBACK",
     "WINDOW", "StreamWriter", "encode_record", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE",
     "MODES", "Wal", "Record", "RecoveryReport", "WalRecoveryWarning", "committed_records",
+    "Archive", "iter_archive", "rebuild", "wal_end", "CompactedFile", "finish_interrupted",
 ]
