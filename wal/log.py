@@ -326,6 +326,8 @@ class Wal:
         if self._flusher is not None:
             self._flusher.join()
         self._segs.join()
+        if self._archive is not None:
+            self._archive.close()
 
     def close(self) -> None:
         """Flush everything written, stop the flusher, unmap every segment."""
@@ -340,3 +342,5 @@ class Wal:
         finally:
             self._closed = True
             self._segs.close()
+            if self._archive is not None:
+                self._archive.close()  # lets a background compaction round finish
