@@ -10,7 +10,14 @@ as recovery files, so the writer (the store, or tests) and the reader
 
 The snapshot's codec byte holds a codec id of checkpoint/compression.py in
 its low 7 bits; bit 7 (0x80) says the image was stored without its free gap
-(SKIP_GARBAGE implies it).
+(SKIP_GARBAGE implies it). The C encoder writes codec 0 (whole image) or
+0x81 (skip_garbage, gap dropped); the general codecs come only from Python.
+
+A PAGE_DELTA of page id RESET_PAGE_ID with no range is the reset record: the
+C core logs it before its first page record after attaching to the WAL, and
+a rebuild forgets every image it holds when it meets one (page records
+before it describe an earlier incarnation of page memory, e.g. operations
+of a crashed process that never committed).
 """
 
 from __future__ import annotations
@@ -20,13 +27,14 @@ import struct
 from .compression import SKIP_GARBAGE, PageCodec
 from .format import GAP_SKIPPED
 
-__all__ = ["CHECKPOINT", "PAGE_SNAPSHOT", "PAGE_DELTA", "SNAPSHOT_GAP_BIT", "PageRecordsInvalid",
-           "pack_page_snapshot", "pack_page_delta", "decode_page_snapshot", "apply_page_delta",
-           "checkpoint_id_of"]
+__all__ = ["CHECKPOINT", "PAGE_SNAPSHOT", "PAGE_DELTA", "SNAPSHOT_GAP_BIT", "RESET_PAGE_ID",
+           "PageRecordsInvalid", "pack_page_snapshot", "pack_page_delta", "pack_reset",
+           "is_reset", "decode_page_snapshot", "apply_page_delta", "checkpoint_id_of"]
 
 # Record types of docs/wal-format.md.
 CHECKPOINT, PAGE_SNAPSHOT, PAGE_DELTA = 4, 5, 6
 SNAPSHOT_GAP_BIT = 0x80
+RESET_PAGE_ID = (1 << 64) - 1
 
 _SNAP = struct.Struct("<QBI")
 _DELTA = struct.Struct("<QH")
@@ -51,6 +59,15 @@ def pack_page_delta(page_id: int, ranges) -> bytes:
     for off, data in ranges:
         parts.append(_RANGE.pack(off, len(data)) + bytes(data))
     return b"".join(parts)
+
+
+def pack_reset() -> bytes:
+    """PAGE_DELTA payload of the reset record."""
+    return _DELTA.pack(RESET_PAGE_ID, 0)
+
+
+def is_reset(payload) -> bool:
+    return len(payload) == _DELTA.size and _DELTA.unpack_from(payload, 0) == (RESET_PAGE_ID, 0)
 
 
 def checkpoint_id_of(payload) -> int | None:

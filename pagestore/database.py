@@ -105,7 +105,8 @@ class Database:
             checkpoint_buffer_size=cfg.cow_buffer_size,
             page_reserve=self._cipher.page_reserve if self._cipher else 0,
             read_page=self._pages.read_page, wal_segment=self._wal_segment,
-            physical_wal=(cfg.recovery_data == "wal"))
+            physical_wal=(cfg.recovery_data == "wal"),
+            snapshot_codec=cfg.recovery_compression)
         self._signals = self._core.signals
         self._begin_lsn = rec.replay_from_lsn
         new_store = self._pages.is_new()

@@ -9,6 +9,21 @@ images at N's pointer are rebuilt by applying, in log order, every page record
 from N-1's pointer (START's prev_wal_lsn) up to N's (START's wal_lsn).
 Payload layouts are in checkpoint/pagerecords.py.
 
+The C core guarantees that every page of checkpoint N has a PAGE_SNAPSHOT in
+that range: a page changed without page records (built before the WAL
+existed, changed by replay, page 0's meta fields) is logged whole by
+ckpt_begin before the CHECKPOINT record. The range may also hold records of
+an earlier incarnation of page memory (a crashed process's operations that
+never committed, after its last checkpoint began): the reset record a core
+logs before its first page record (checkpoint/pagerecords.py) makes the
+rebuild forget them.
+
+The rebuilt image is the checkpoint image but for the two fields ckpt_copy
+stamps: the checkpoint_id field of the common page header (offset 16) is set
+here, when `stamp_checkpoint_id` is on (the store's pages; the test fakes of
+checkpoint/testing.py use that field for their own version numbers), and the
+CRC is stamped by the caller's seal_page.
+
 A delta for a page with no snapshot earlier in the range means the log does
 not hold what this mode promises; rebuilding would be a guess, so it raises.
 Images are held in memory until the range ends (a later delta may change
@@ -17,18 +32,27 @@ any of them), which bounds legacy-mode recovery by the checkpoint's size.
 
 from __future__ import annotations
 
+import struct
+
 from checkpoint.pagerecords import (CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, PageRecordsInvalid,
-                                    apply_page_delta, checkpoint_id_of, decode_page_snapshot)
+                                    apply_page_delta, checkpoint_id_of, decode_page_snapshot, is_reset)
 
-__all__ = ["PageRecordsInvalid", "rebuild_from_wal"]
+__all__ = ["PageRecordsInvalid", "rebuild_from_wal", "CHECKPOINT_ID_OFFSET"]
+
+CHECKPOINT_ID_OFFSET = 16        # docs/page-format.md, common header
+_U64 = struct.Struct("<Q")
 
 
-def rebuild_from_wal(records, from_lsn: int, to_lsn: int, checkpoint_id: int, page_size: int) -> dict:
+def rebuild_from_wal(records, from_lsn: int, to_lsn: int, checkpoint_id: int, page_size: int,
+                     *, stamp_checkpoint_id: bool = False) -> dict:
     """{page_id: bytearray image} as of `to_lsn`, from records starting at `from_lsn`.
 
-    Stops at the first record at or past `to_lsn` (when records carry
-    `lsn`), or at the CHECKPOINT record of `checkpoint_id`, whichever comes
-    first; logical records are skipped (they are replayed afterwards).
+    Stops at the first record at or past `to_lsn` when records carry `lsn`
+    (a CHECKPOINT record of the same id earlier in the range was logged by
+    a crashed process that never wrote its START, and is passed over);
+    records without `lsn` stop at the CHECKPOINT record of `checkpoint_id`.
+    Logical records are skipped (they are replayed afterwards); a reset
+    record drops every image rebuilt so far.
     """
     images: dict[int, bytearray] = {}
     for rec in records:
@@ -38,11 +62,17 @@ def rebuild_from_wal(records, from_lsn: int, to_lsn: int, checkpoint_id: int, pa
                 continue
             if lsn >= to_lsn:
                 break
-        if rec.type == CHECKPOINT and checkpoint_id_of(rec.payload) == checkpoint_id:
+        elif rec.type == CHECKPOINT and checkpoint_id_of(rec.payload) == checkpoint_id:
             break
         if rec.type == PAGE_SNAPSHOT:
             pid, image = decode_page_snapshot(rec.payload, page_size)
             images[pid] = bytearray(image)
         elif rec.type == PAGE_DELTA:
-            apply_page_delta(images, rec.payload, page_size)
+            if is_reset(rec.payload):
+                images.clear()
+            else:
+                apply_page_delta(images, rec.payload, page_size)
+    if stamp_checkpoint_id:
+        for image in images.values():
+            _U64.pack_into(image, CHECKPOINT_ID_OFFSET, checkpoint_id)
     return images

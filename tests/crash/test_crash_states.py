@@ -190,3 +190,48 @@ def test_crash_during_recovery_recovers_again():
             checked += 1
     print(f"\nsecond crashes during recovery checked: {checked}")
     assert checked >= 30
+
+
+def crash_twice_states(mode, recovery_data, *, ops, checkpoints, step, reopen_step, seed=3):
+    """A crash in the workload, power loss, then a crash while the store
+    recovers (its restore or its recovery checkpoint), power loss again, and a
+    clean open: the second recovery must find the first one's outcome. In
+    "wal" mode this is the case where the range of the recovery checkpoint
+    holds page records of the crashed process too (operations it never
+    committed), which the rebuild must not write back."""
+    probe_sim = SimFS()
+    assert not run_until_crash(probe_sim, Run(seed, ops, checkpoints), mode, recovery_data)
+    checked = 0
+    for n in range(1, probe_sim.io_count + 1, step):
+        sim = SimFS()
+        sim.arm_io(n)
+        run = Run(seed, ops, checkpoints)
+        if not run_until_crash(sim, run, mode, recovery_data):
+            continue
+        first = sim.clone()
+        first.crash(random.Random(n), "random")
+        probe = first.clone()
+        io0 = probe.io_count
+        with open_store(probe, mode, recovery_data):
+            pass
+        reopen_io = probe.io_count - io0
+        for m in range(1, reopen_io + 1, reopen_step):
+            second = first.clone()
+            second.arm_io(m)
+            try:
+                with open_store(second, mode, recovery_data):
+                    pass
+                continue                # the crash point lies past the recovery
+            except SimulatedCrash:
+                pass
+            second.crash(random.Random(n * 31 + m), "random")
+            check_state(second, run, mode, recovery_data, power_loss=True)
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("recovery_data", ["checkpoint", "wal"])
+def test_crash_during_recovery_then_recover_again(recovery_data):
+    n = crash_twice_states("fsync", recovery_data, ops=40, checkpoints=3, step=9, reopen_step=5)
+    print(f"\ncrash-during-recovery states checked ({recovery_data}): {n}")
+    assert n >= 100
