@@ -28,24 +28,51 @@ from bench.runner import run
 MiB = 1 << 20
 
 _CHILD = r"""
-import json, sys
+import json, os, sys, threading
 sys.path.insert(0, {root!r})
 import numpy as np
 import pagestore
 from bench.workload import ValuePool, make_keys
 a = json.loads(sys.argv[1])
-keys = make_keys(np.arange(a["n"], dtype=np.uint64), 16)
-vals = ValuePool(100, seed=9).take(a["n"])
+n = a["n"]
+keys = make_keys(np.arange(n, dtype=np.uint64), 16)
+def load(db, seed):
+    vals = ValuePool(a["value_size"], seed=seed).take(n)
+    for s in range(0, n, 100_000):
+        db.put_many(list(zip(keys[s:s + 100_000], vals[s:s + 100_000])))
+# phase A (no crash point): a checkpoint of every loaded page, for the lock figure
+os.environ.pop("PAGESTORE_CRASH_POINT", None)
 db = pagestore.open(a["path"], **a["options"])
-step = 100_000
-for s in range(0, a["n"], step):
-    db.put_many(list(zip(keys[s:s + step], vals[s:s + step])))
-print("LOADED", flush=True)
+load(db, 8)
+dirty = db.stats()["dirty_pages"]
+c = db.checkpoint()
+print("PHASEA " + json.dumps(dict(dirty_pages=dirty, checkpoint=c), default=str), flush=True)
+db.close()
+# phase B: the crash point armed through the environment, every page dirtied again,
+# a writer putting new keys while the checkpoint runs (the records recovery replays)
+spec = a["crash_point"]
+if "@" not in spec and spec == "checkpoint.page_written":
+    chunks = -(-int(c["pages"]) // a["chunk_pages"])
+    spec += "@%d" % max(1, chunks // 2)     # about the middle of step 5
+os.environ["PAGESTORE_CRASH_POINT"] = spec
+db = pagestore.open(a["path"], **a["options"])
+load(db, 9)
+print("LOADED " + spec, flush=True)
+stop = False
+def writer():
+    i = n
+    vals = ValuePool(a["value_size"], seed=10).take(4096)
+    while not stop:
+        ks = make_keys(np.arange(i, i + 4096, dtype=np.uint64), 16)
+        for k, v in zip(ks, vals):
+            db.put(k, v)
+        i += 4096
+threading.Thread(target=writer, daemon=True).start()
 db.checkpoint()
+stop = True
 print("NOCRASH", flush=True)
 db.close()
 """
-
 
 def checkpoint_latency(n: int = 1_000_000, interval: float = 2.0, data_dir=None,
                        store_options=None, progress=None) -> dict:
@@ -102,41 +129,106 @@ def _read_tree(path: str) -> tuple[int, float]:
     return total, time.perf_counter() - t
 
 
-def crash_recovery(n: int = 300_000, crash_point: str = "checkpoint.page_written", data_dir=None,
-                   store_options=None, timeout: float = 300.0) -> dict:
-    """kill -9 in a checkpoint's step 5 (child process), then time ``pagestore.open``."""
+def _read_tree_direct(path: str) -> tuple[int, float]:
+    """Read every file under ``path`` with O_DIRECT (the disk's rate, not the page cache's):
+    (bytes, seconds); (0, nan) where O_DIRECT is refused."""
+    import mmap
+    buf = mmap.mmap(-1, 4 * MiB)          # page-aligned, as O_DIRECT wants
+    total, t = 0, time.perf_counter()
+    try:
+        for root, _dirs, files in os.walk(path):
+            for f in sorted(files):
+                fd = os.open(os.path.join(root, f), os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+                try:
+                    while True:
+                        got = os.readv(fd, [buf])
+                        total += got
+                        if got < len(buf):
+                            break
+                finally:
+                    os.close(fd)
+    except OSError:
+        return 0, float("nan")
+    finally:
+        buf.close()
+    return total, time.perf_counter() - t
+
+
+def crash_recovery(n: int = 2_200_000, crash_point: str = "checkpoint.page_written", data_dir=None,
+                   store_options=None, timeout: float = 600.0, value_size: int = 100,
+                   chunk_pages: int = 64) -> dict:
+    """kill -9 in a checkpoint's step 5 (child process), then time ``pagestore.open``.
+
+    The child loads ``n`` keys and checkpoints them (phase A: the write-lock figure
+    with that many dirty pages), reopens with ``PAGESTORE_CRASH_POINT`` set, dirties
+    every page again, and checkpoints while a thread keeps putting new keys; the
+    crash point kills it in step 5 (``checkpoint.page_written`` without ``@hit``:
+    about the middle, assuming ``chunk_pages`` pages per write). The parent reads the
+    recovery files sequentially, times ``pagestore.open`` and checks 5,000 keys.
+    """
     import numpy as np
     import pagestore
     from bench.workload import ValuePool, make_keys
 
     base = tempfile.mkdtemp(prefix="bench-crash-", dir=data_dir)
     path = os.path.join(base, "db")
-    options = dict(wal_mode="log_only", checkpoint_interval=3600.0, memory_size=max(256 * MiB, n * 400))
+    options = dict(wal_mode="log_only", checkpoint_interval=3600.0, memory_size=1 << 30,
+                   checkpoint_wal_size=4 << 30)
     options.update(store_options or {})
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PAGESTORE_CRASH_POINT=crash_point)
-    out = dict(n=n, crash_point=crash_point)
+    env = {k: v for k, v in os.environ.items() if k != "PAGESTORE_CRASH_POINT"}
+    out = dict(n=n, crash_point=crash_point, value_size=value_size)
     try:
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", _CHILD.format(root=root),
-                               json.dumps(dict(n=n, path=path, options=options))],
+                               json.dumps(dict(n=n, path=path, options=options, crash_point=crash_point,
+                                               value_size=value_size, chunk_pages=chunk_pages))],
                               env=env, capture_output=True, text=True, timeout=timeout)
         out["child_seconds"] = time.perf_counter() - t
+        for line in proc.stdout.splitlines():
+            if line.startswith("PHASEA "):
+                a = json.loads(line[7:])
+                c = a["checkpoint"]
+                out["lock"] = dict(pages=int(c["pages"]), dirty_pages=int(a["dirty_pages"]),
+                                   lock_ms=float(c["lock_seconds"]) * 1000,
+                                   recovery_bytes=int(c["recovery_bytes"]),
+                                   recovery_write_s=float(c["recovery_write_seconds"]),
+                                   total_s=float(c["total_seconds"]))
+            elif line.startswith("LOADED "):
+                out["crash_spec"] = line[7:]
         out["killed"] = proc.returncode == -signal.SIGKILL
         if not out["killed"]:
             out["error"] = (f"child exited {proc.returncode} without dying at {crash_point}"
                             f" ({'NOCRASH' if 'NOCRASH' in proc.stdout else proc.stderr.strip()[-300:]})")
             return out
-        out["recovery_file_bytes"], out["read_recovery_files_s"] = _read_tree(os.path.join(path, "cp"))
+        # the reference read: O_DIRECT, i.e. from the disk (after a power loss nothing is cached);
+        # the cached read is reported too (recovery after kill -9 finds the files in the page cache)
+        cp = os.path.join(path, "cp")
+        out["recovery_file_bytes"], out["read_recovery_files_cached_s"] = _read_tree(cp)
+        _b, direct_s = _read_tree_direct(cp)
+        out["read_recovery_files_direct_s"] = direct_s
+        out["read_recovery_files_s"] = direct_s if direct_s == direct_s else out["read_recovery_files_cached_s"]
         t = time.perf_counter()
         db = pagestore.open(path, **options)
         out["recovery_s"] = time.perf_counter() - t
         try:
-            st = db.stats() if hasattr(db, "stats") else {}
-            out["recovery_stats"] = {k: v for k, v in st.items() if "recover" in k and not isinstance(v, (list, dict))}
+            st = db.stats()
+            rec = dict(st.get("recovery") or {})
+            last = st.get("last_checkpoint") or {}
+            out["recovery_stats"] = {k: v for k, v in rec.items() if not isinstance(v, (list, dict))}
+            out["pages_restored"] = int(rec.get("pages_restored", 0) or 0)
+            out["records_replayed"] = int(rec.get("records_replayed", 0) or 0)
+            out["restore_s"] = rec.get("restore_seconds")
+            out["final_checkpoint_s"] = float(last.get("total_seconds", 0) or 0)
+            if rec.get("seconds") is not None and out["restore_s"] is not None:
+                # what is left once the restore and the checkpoint that ends recovery are taken out
+                out["replay_s"] = max(1e-9, float(rec["seconds"]) - float(out["restore_s"])
+                                      - out["final_checkpoint_s"])
+                out["replay_rate"] = out["records_replayed"] / out["replay_s"]
             keys = make_keys(np.arange(n, dtype=np.uint64), 16)
-            vals = ValuePool(100, seed=9).take(n)
+            vals = ValuePool(value_size, seed=9).take(n)
             idx = np.random.default_rng(3).choice(n, min(n, 5000), replace=False)
+            out["checked"] = int(idx.size)
             out["missing_or_wrong"] = sum(1 for i in idx.tolist() if db.get(keys[i]) != vals[i])
         finally:
             db.close()

@@ -167,7 +167,12 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--seconds", type=positive, default=4.0, help="measured seconds per matrix run")
     q.add_argument("--peer-seconds", type=positive, default=3.0, help="seconds per commit comparison run")
     q.add_argument("--ckpt-ops", type=count, default=1_000_000, help="puts of the checkpoint-latency run")
-    q.add_argument("--crash-keys", type=count, default=300_000, help="keys loaded before the kill -9")
+    q.add_argument("--ckpt-interval", type=positive, default=1.0, help="checkpoint_interval of that run (s)")
+    q.add_argument("--crash-keys", type=count, default=2_200_000,
+                   help="keys loaded before the kill -9 (2.2M 116-byte pairs: about 100,000 pages)")
+    q.add_argument("--memory-size", type=size, default=512 << 20,
+                   help="pagestore memory_size in the base comparison (memory bar; default 512M)")
+    q.add_argument("--no-report-bars", dest="bars", action="store_false", help="skip the bars table")
     q.add_argument("--skip", type=choice_list(("base", "commit", "checkpoint", "matrix")), default=[])
     pe = sub.add_parser("peers", help="issue-2/3 comparisons: bulk load/get/scan and commit per put")
     _common(pe)
@@ -177,6 +182,8 @@ def parser() -> argparse.ArgumentParser:
     pe.add_argument("--threads", type=lambda t: [count(x) for x in t.split(",")], default=[1, 4, 16],
                     help="thread counts of the durable comparison (default 1,4,16)")
     pe.add_argument("--stores", type=choice_list(STORES), default=None)
+    pe.add_argument("--memory-size", type=size, default=None,
+                    help="pagestore memory_size (base: the memory bar is checked against it)")
     r = sub.add_parser("run", help="one scenario on one store, every knob an option")
     _common(r)
     _knobs(r)
@@ -191,7 +198,7 @@ def parser() -> argparse.ArgumentParser:
     _common(c)
     c.add_argument("--ops", type=count, default=1_000_000)
     c.add_argument("--interval", type=positive, default=2.0)
-    c.add_argument("--crash-keys", type=count, default=300_000)
+    c.add_argument("--crash-keys", type=count, default=2_200_000)
     c.add_argument("--crash-point", default="checkpoint.page_written")
     return p
 

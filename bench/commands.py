@@ -11,7 +11,7 @@ import time
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import ckptbench, peers
+from bench import bars, ckptbench, peers
 from bench import report_table as rt
 from bench import results as res
 from bench.cli import base_config, run_config
@@ -41,6 +41,39 @@ def _side_file(results_dir: str, name: str, obj) -> None:
         json.dump(obj, f, indent=1, default=str)
 
 
+def _ckpt_derived(r: dict) -> dict:
+    """Per-page figures of a run's checkpoints (the compression bar compares them)."""
+    rows = r.get("checkpoints") or []
+    pages = sum(c["pages"] for c in rows)
+    return dict(ckpt_pages=pages, observed_checkpoints=len(rows),
+                recovery_bytes_per_page=sum(c["recovery_bytes"] for c in rows) / pages if pages else None,
+                ckpt_ms_per_kpage=1000 * sum(c["total_ms"] for c in rows) / pages if pages else None)
+
+
+def _extra_runs(a, report, best) -> tuple[float, list]:
+    """The repeat of one matrix configuration (bar: two runs within 15 %) and the same
+    configuration encrypted, right after it (bar: encryption costs <= 25 %)."""
+    failures = []
+    base = dict(scenario="full-speed", op_style="atomic", wal_mode="log_only", recovery_data="checkpoint",
+                duration=a.seconds, warmup=1.0, data_dir=a.data_dir)
+    first = next((s for s in report.get("matrix", []) if s["scenario"] == "full-speed"
+                  and s["op_style"] == "atomic" and s["wal_mode"] == "log_only"
+                  and s["recovery_data"] == "checkpoint" and s["compression"] == "default"
+                  and s["throttling"] == "default"), None)
+    cfgs = [base, dict(base, encryption_key=os.urandom(32))]
+    out = run_many(cfgs, a.results, a.quiet)
+    failures += out["failures"]
+    if len(out["results"]) == 2:
+        plain, enc = (r["summary"] for r in out["results"])
+        best = max(best, plain["throughput"], enc["throughput"])
+        report["encryption"] = dict(plain=plain, encrypted=enc)
+        if first:
+            report["repeat"] = dict(a=first["throughput"], b=plain["throughput"],
+                                    label="full-speed atomic log_only checkpoint, minutes apart")
+        rt.show(rt.runs_table(out["results"], "Repeat (plain) and encrypted, side by side"))
+    return best, failures
+
+
 def quick(a, p) -> int:
     t0 = time.monotonic()
     ok, why = pagestore_available()
@@ -50,7 +83,7 @@ def quick(a, p) -> int:
     if "base" not in a.skip:
         with _steps(a.quiet) as bar:
             task = bar.add_task("bulk load / get / scan", total=None)
-            base = peers.base_compare(a.n, data_dir=a.data_dir,
+            base = peers.base_compare(a.n, data_dir=a.data_dir, store_options=dict(memory_size=a.memory_size),
                                       progress=lambda s: bar.update(task, description=f"base: {s}"))
         res.write_dataset(a.results, "summary", peers.base_summary_rows(base, res.new_run_id("base")))
         rt.show(rt.base_table(base))
@@ -67,7 +100,7 @@ def quick(a, p) -> int:
         rt.show(rt.commit_table(cmp))
         report["commit"] = dict(bare=cmp["bare"], summaries=[r["summary"] for r in cmp["results"]])
     if ok and "checkpoint" not in a.skip:
-        failures += _checkpoint_figures(a.results, a.data_dir, a.ckpt_ops, 2.0, a.crash_keys,
+        failures += _checkpoint_figures(a.results, a.data_dir, a.ckpt_ops, a.ckpt_interval, a.crash_keys,
                                         "checkpoint.page_written", a.quiet, report)
     if ok and "matrix" not in a.skip:
         out = run_many(quick_configs(dict(duration=a.seconds, warmup=1.0, data_dir=a.data_dir)),
@@ -75,7 +108,9 @@ def quick(a, p) -> int:
         failures += out["failures"]
         rt.show(rt.iep_table(out["results"]), rt.runs_table(out["results"], "Quick matrix runs"))
         best = max([best] + [r["summary"]["throughput"] for r in out["results"]])
-        report["matrix"] = [r["summary"] for r in out["results"]]
+        report["matrix"] = [dict(r["summary"], **_ckpt_derived(r)) for r in out["results"]]
+        best, more = _extra_runs(a, report, best)
+        failures += more
     against = "the best pagestore run" if best else "the best store run"
     best = best or best_peer
     if best:
@@ -83,6 +118,10 @@ def quick(a, p) -> int:
         rt.console.print(f"harness alone (noop store): {ov['noop']:,.0f} ops/s = {ov['ratio']:.1f}× "
                          f"{against} ({best:,.0f} ops/s)")
         report["harness"] = {k: v for k, v in ov.items() if k != "result"}
+    report["wall_seconds"] = time.monotonic() - t0
+    if a.bars:
+        report["bars"] = bars.evaluate(report)
+        rt.show(bars.table(report["bars"], f"Bars of issues 2-7 (quick, {report['wall_seconds']:,.0f} s)"))
     _side_file(a.results, "quick.json", report)
     for label, err in failures:
         _note(f"failed: {label}: {err}")
@@ -99,14 +138,26 @@ def _checkpoint_figures(results_dir, data_dir, ops, interval, crash_keys, crash_
             res.write_result(results_dir, lat)
         except Exception as e:
             failures.append(("checkpoint latency", repr(e)))
-        rate = ckptbench.recovery_write_rate(lat) if lat else None
-        seq = ckptbench.sequential_write_rate(rate["biggest"] if rate and rate["biggest"] else 64 << 20, data_dir)
-        bar.update(task, description=f"checkpoints: kill -9 at {crash_point}")
+        bar.update(task, description=f"checkpoints: {crash_keys:,} keys, kill -9 at {crash_point}")
         crash = ckptbench.crash_recovery(crash_keys, crash_point, data_dir)
+        # the recovery-file rate: the big checkpoint of the crash child's phase A when there is
+        # one (about 100,000 pages), else the latency run's checkpoints
+        lock = crash.get("lock") or {}
+        if lock.get("recovery_write_s"):
+            rate = dict(checkpoints=1, bytes=lock["recovery_bytes"], biggest=lock["recovery_bytes"],
+                        rate=lock["recovery_bytes"] / lock["recovery_write_s"], source="crash child phase A")
+        else:
+            rate = ckptbench.recovery_write_rate(lat) if lat else None
+            if rate:
+                rate["source"] = "latency run"
+        bar.update(task, description="checkpoints: plain sequential write")
+        seq = ckptbench.sequential_write_rate(rate["biggest"] if rate and rate["biggest"] else 64 << 20, data_dir)
     if crash.get("error"):
         failures.append(("crash recovery", crash["error"]))
     rt.show(rt.checkpoint_table(lat, rate, seq, crash))
-    report["checkpoint"] = dict(summary=lat and lat["summary"], recovery_rate=rate, sequential=seq, crash=crash)
+    report["checkpoint"] = dict(summary=lat and lat["summary"], recovery_rate=rate, sequential=seq, crash=crash,
+                                lock=crash.get("lock"),
+                                latency_rate=ckptbench.recovery_write_rate(lat) if lat else None)
     return failures
 
 
@@ -117,8 +168,9 @@ def peers_cmd(a, p) -> int:
     if a.what in ("base", "all"):
         with _steps(a.quiet) as bar:
             task = bar.add_task("base", total=None)
+            opts = dict(memory_size=a.memory_size) if a.memory_size else None
             base = peers.base_compare(a.n, stores=pick(peers.BASE_STORES), data_dir=a.data_dir,
-                                      progress=lambda s: bar.update(task, description=f"base: {s}"))
+                                      store_options=opts, progress=lambda s: bar.update(task, description=f"base: {s}"))
         res.write_dataset(a.results, "summary", peers.base_summary_rows(base, res.new_run_id("base")))
         rt.show(rt.base_table(base))
         for n in base["notes"]:
@@ -131,6 +183,7 @@ def peers_cmd(a, p) -> int:
             with _steps(a.quiet) as bar:
                 task = bar.add_task("commit", total=None)
                 cmp = peers.commit_compare(a.seconds, tuple(a.threads), data_dir=a.data_dir,
+                                           store_options=dict(memory_size=a.memory_size) if a.memory_size else None,
                                            progress=lambda s: bar.update(task, description=f"commit: {s}"))
         finally:
             peers.NOSYNC_STORES, peers.SYNC_STORES = saved
@@ -140,6 +193,11 @@ def peers_cmd(a, p) -> int:
         for n in cmp["notes"]:
             _note(n)
         report["commit"] = dict(bare=cmp["bare"], summaries=[r["summary"] for r in cmp["results"]])
+    rows = bars.issue2(report.get("base")) if "base" in report else []
+    rows += bars.issue3(report.get("commit")) if "commit" in report else []
+    if rows:
+        rt.show(bars.table(rows, "Bars of issues 2-3 (peers)"))
+    report["bars"] = rows
     _side_file(a.results, "peers.json", report)
     return 0
 

@@ -41,6 +41,8 @@ def quick_configs(base: dict) -> list:
     for comp in COMPRESSIONS:
         out.append(dict(base, scenario="extreme", recovery_data="checkpoint", recovery_compression=comp))
     for thr in THROTTLING[1:]:
+        if thr == "adaptive":  # pagestore's default: the "default" runs above are it
+            continue
         out.append(dict(base, scenario="extreme", recovery_data="checkpoint", throttling=thr))
     return out
 

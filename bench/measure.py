@@ -108,15 +108,14 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
                     wait = due - now()
                     if wait > 0:  # no spinning: the store needs both cores more than we do
                         time.sleep(wait / NS)
-                lat = []
-                app = lat.append
-                t_first = t0 = now()
+                stamps = []
+                app = stamps.append
+                t_first = now()
                 if b.ops is None:
+                    # one clock read and one append per op; differences are taken per chunk
                     for k, v in zip(keys, vals):
                         put(k, v)
-                        t1 = now()
-                        app(t1 - t0)
-                        t0 = t1
+                        app(now())
                 else:
                     ops, slens = b.ops[pos:pos + c], b.scan_lens[pos:pos + c]
                     for op, k, v, sl in zip(ops, keys, vals, slens):
@@ -133,11 +132,10 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
                         elif op == OP_COMMIT and pending:
                             write_tx(pending)
                             pending = []
-                        t1 = now()
-                        app(t1 - t0)
-                        t0 = t1
-                lats = np.array(lat, dtype=np.int64)
-                ends = t_first + np.cumsum(lats)
+                        app(now())
+                ends = np.array(stamps, dtype=np.int64)
+                lats = np.diff(ends, prepend=t_first)
+                t0 = int(ends[-1])
                 if rate:  # latency from each op's intended start
                     due = ctl.t0_ns + ((issued + np.arange(c)) * interval_ns).astype(np.int64)
                     lats = np.maximum(ends - due, lats)
@@ -185,6 +183,14 @@ def read_rss() -> dict:
     return out
 
 
+def checkpoint_running(st: dict) -> bool:
+    """Whether the stats say a checkpoint is in progress: ``checkpoint_running`` where the
+    store reports it, else pages still flagged in-checkpoint (``ckpt_pages``: steps 1-5)."""
+    if "checkpoint_running" in st:
+        return bool(st["checkpoint_running"])
+    return int(st.get("ckpt_pages", 0) or 0) > 0
+
+
 class Sampler:
     """Polls ``store.stats()`` and keeps per-second store state and checkpoint starts."""
 
@@ -198,7 +204,7 @@ class Sampler:
         self.io_start = self.io_end = 0
 
     def _sample(self, st, prev):
-        running = bool(st.get("checkpoint_running", False))
+        running = checkpoint_running(st)
         n = int(st.get("checkpoints", 0) or 0)
         n_prev = int(prev.get("checkpoints", 0) or 0) if prev else n
         new = n != n_prev

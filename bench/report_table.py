@@ -103,8 +103,10 @@ def base_table(base) -> Table:
                                                   for m in ("load_ops", "get_ops", "scan_rows")))
     if base.get("memory"):
         m = base["memory"]
+        growth = (m.get("VmRSS") or 0) - (m.get("rss_before") or 0)
         t.caption = (f"pagestore memory: VmRSS {_mb(m.get('VmRSS'))}, VmHWM {_mb(m.get('VmHWM'))}, "
-                     f"before open {_mb(m.get('rss_before'))}, memory_size {_mb(m.get('memory_size'))}")
+                     f"before open {_mb(m.get('rss_before'))}, growth {_mb(growth)}, "
+                     f"memory_size {_mb(m.get('memory_size'))} (mapped WAL segments count in RSS)")
     return t
 
 
@@ -139,14 +141,25 @@ def checkpoint_table(lat, rate, seq, crash) -> Table:
         t.add_row("checkpoints; max lock ms", f"{s['checkpoints']}; "
                   f"{_n(max((c['lock_ms'] for c in lat['checkpoints']), default=float('nan')), 2)}")
     if rate and seq:
-        t.add_row("recovery files MB/s vs plain sequential MB/s",
+        t.add_row(f"recovery files MB/s vs plain sequential MB/s ({rate.get('source', '')})",
                   f"{_n(rate['rate'] / 1e6, 1)} / {_n(seq['rate'] / 1e6, 1)} ({_ratio(rate['rate'], seq['rate'])})")
     if crash:
         if crash.get("error"):
             t.add_row("recovery after kill -9", crash["error"])
         else:
             t.add_row("recovery after kill -9 at " + crash["crash_point"], f"{_n(crash['recovery_s'], 3)} s")
-            t.add_row("reading the recovery files sequentially",
-                      f"{_n(crash['read_recovery_files_s'], 3)} s ({_mb(crash['recovery_file_bytes'])})")
+            t.add_row("reading the recovery files sequentially: O_DIRECT / cached",
+                      f"{_n(crash.get('read_recovery_files_direct_s'), 3)} / "
+                      f"{_n(crash.get('read_recovery_files_cached_s'), 3)} s ({_mb(crash['recovery_file_bytes'])})")
+            t.add_row("  of which restore / replay / final checkpoint",
+                      f"{_n(crash.get('restore_s'), 3)} / {_n(crash.get('replay_s'), 3)} / "
+                      f"{_n(crash.get('final_checkpoint_s'), 3)} s")
+            t.add_row("pages restored; records replayed (rate)",
+                      f"{_n(crash.get('pages_restored'))}; {_n(crash.get('records_replayed'))} "
+                      f"({_n(crash.get('replay_rate'))}/s)")
             t.add_row("keys missing or wrong (of 5,000 checked)", str(crash["missing_or_wrong"]))
+        lock = crash.get("lock")
+        if lock:
+            t.add_row("write lock with N dirty pages (crash child, phase A)",
+                      f"{_n(lock['lock_ms'], 2)} ms, {_n(lock['pages'])} pages")
     return t

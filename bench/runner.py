@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from bench.histogram import LogHistogram
-from bench.measure import measure, read_proc_io
+from bench.measure import NS, measure, read_proc_io
 from bench.results import new_run_id
 from bench.scenarios import config_json, resolve
 from bench.stores import open_store
@@ -77,6 +77,24 @@ def _second_rows(run_id, node, recs, sampler, duration_s):
     return rows
 
 
+# pagestore's last_checkpoint reports seconds (lock_seconds, ...); the schema has ms
+_CKPT_SECONDS = dict(lock_ms="lock_seconds", recovery_write_ms="recovery_write_seconds",
+                     page_write_ms="page_write_seconds", fsync_ms="fsync_seconds", total_ms="total_seconds")
+
+
+def ckpt_figures(c: dict) -> dict:
+    """The IEP-113 figures of one checkpoint dict, in ms, whichever unit the store used."""
+    out = {}
+    for f in _CKPT_FIELDS:
+        if c.get(f) is not None:
+            out[f] = float(c[f])
+        elif c.get(_CKPT_SECONDS[f]) is not None:
+            out[f] = float(c[_CKPT_SECONDS[f]]) * 1000.0
+        else:
+            out[f] = 0.0
+    return out
+
+
 def _checkpoint_rows(run_id, node, sampler):
     start, end = sampler.start_stats, sampler.end_stats
     hist = _g(end, "checkpoint_history", None)
@@ -90,21 +108,38 @@ def _checkpoint_rows(run_id, node, sampler):
         items = sorted((n, c) for n, c in sampler.ckpt_seen.items() if n > first)
     rows = []
     for cid, c in items:
+        fig = ckpt_figures(c)
         t = c.get("t_start") if isinstance(c.get("t_start"), (int, float)) else None
+        if t is None and isinstance(c.get("t_start_monotonic"), (int, float)):
+            # time.monotonic and perf_counter share CLOCK_MONOTONIC on Linux
+            t = float(c["t_start_monotonic"]) - sampler.ctl.measure_start_ns / NS
         if t is None:
             done = sampler.ckpt_done.get(cid)
-            t = done - float(_g(c, "total_ms")) / 1000 if done is not None else float("nan")
-        row = dict(run_id=run_id, node=node, checkpoint_id=int(c.get("id", cid)), t_start=float(t),
-                   pages=int(_g(c, "pages")), recovery_bytes=int(_g(c, "recovery_bytes")),
+            t = done - fig["total_ms"] / 1000 if done is not None else float("nan")
+        row = dict(run_id=run_id, node=node, checkpoint_id=int(c.get("id", c.get("checkpoint_id", cid))),
+                   t_start=float(t), pages=int(_g(c, "pages")), recovery_bytes=int(_g(c, "recovery_bytes")),
                    cow_peak=int(_g(c, "cow_peak")))
-        row.update({f: float(_g(c, f)) for f in _CKPT_FIELDS})
+        row.update(fig)
         rows.append(row)
     return rows
+
+
+def _mark_checkpoint_seconds(ts: list, ckpts: list) -> None:
+    """A second overlapping any checkpoint's [t_start, t_start + total] counts as inside one
+    (the sampler's live flag misses checkpoints that start and end between two samples)."""
+    spans = [(c["t_start"], c["t_start"] + c["total_ms"] / 1000) for c in ckpts
+             if c["t_start"] == c["t_start"] and c["total_ms"] > 0]
+    for r in ts:
+        s = r["second"]
+        if not r["checkpoint_running"] and any(a < s + 1 and b > s for a, b in spans):
+            r["checkpoint_running"] = True
 
 
 def build_rows(cfg: dict, run_id: str, node: int, raw: dict) -> dict:
     recs, sampler, duration = raw["recorders"], raw["sampler"], raw["duration_s"]
     ts = _second_rows(run_id, node, recs, sampler, duration)
+    ckpts = _checkpoint_rows(run_id, node, sampler)
+    _mark_checkpoint_seconds(ts, ckpts)
     full = [r for r in ts if r.pop("_full")] or ts
     tput = [r["throughput"] for r in full]
     ck = [r["throughput"] for r in full if r["checkpoint_running"]]
@@ -138,7 +173,7 @@ def build_rows(cfg: dict, run_id: str, node: int, raw: dict) -> dict:
         throughput_no_ckpt=med(no_ck))
     extra = dict(mean_throughput=ops / duration if duration else float("nan"),
                  ops_in_ckpt=h_ck.count, ops_out_ckpt=h_out.count)
-    return dict(timeseries=ts, checkpoints=_checkpoint_rows(run_id, node, sampler),
+    return dict(timeseries=ts, checkpoints=ckpts,
                 summary=summary, extra=extra)
 
 

@@ -25,7 +25,7 @@ SCENARIOS = ("full-speed", "fixed-rate", "extreme")
 WAL_MODES = ("fsync", "log_only", "background")
 RECOVERY_DATA = ("checkpoint", "wal")
 COMPRESSIONS = ("disabled", "skip_garbage", "snappy", "zstd", "lz4")
-THROTTLING = ("default", "disabled", "exponential_backoff", "fill_rate", "speed_based")
+THROTTLING = ("default", "disabled", "exponential_backoff", "fill_rate", "speed_based", "adaptive")
 OP_STYLES = ("atomic", "implicit-tx", "tx")
 
 COMMON = dict(

@@ -17,6 +17,7 @@ sync=False, rocksdict/plyvel sync=False). Peer configurations are those of
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 
 PAGESTORE_OPTIONS = ("page_size", "memory_size", "checkpoint_buffer_size", "wal_mode",
@@ -88,11 +89,11 @@ class NoopStore(Store):
 
     def __init__(self, path, config):
         self.path = path
+        # a C callable that takes (k, v) and does nothing worth timing: the loop is what is measured
+        self.put = self.put_tx = operator.is_
 
     def put(self, k, v):
         return None
-
-    put_tx = put
 
     def write_tx(self, items):
         return None

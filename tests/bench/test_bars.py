@@ -1,0 +1,89 @@
+"""The bars table: every bar of issues 2-7 from a quick report, missing parts as n/a;
+and the pieces it relies on (checkpoint figures in ms, the running flag, per-second marks)."""
+
+from bench import bars
+from bench.measure import checkpoint_running
+from bench.runner import _mark_checkpoint_seconds, ckpt_figures
+
+MiB = 1 << 20
+
+
+def _s(**kw):
+    base = dict(store="pagestore", scenario="full-speed", op_style="atomic", wal_mode="log_only",
+                recovery_data="checkpoint", compression="default", throttling="default", threads=1,
+                throughput=100.0, wal_bytes_per_op=150.0, stalls=0, park_seconds_max=0.01,
+                lat_p99_ckpt_us=10.0, lat_p99_no_ckpt_us=8.0, config_json='{"key_size": 16, "value_size": 100}')
+    base.update(kw)
+    return base
+
+
+def _report():
+    base = dict(rows=[dict(store="pagestore", load_ops=2.0, get_ops=2.0, scan_rows=2.0),
+                      dict(store="lmdb", load_ops=1.0, get_ops=4.0, scan_rows=1.0),
+                      dict(store="rocksdict", load_ops=1.0, get_ops=1.0, scan_rows=1.0)],
+                memory=dict(VmRSS=900 * MiB, rss_before=300 * MiB, memory_size=512 * MiB))
+    commit = dict(bare=dict(ops_per_s=1000.0), summaries=[
+        _s(throughput=500_000.0), _s(store="lmdb_writemap", throughput=300_000.0),
+        _s(store="sqlite", throughput=20_000.0),
+        _s(wal_mode="fsync", throughput=950.0), _s(wal_mode="fsync", threads=16, throughput=9000.0),
+        _s(store="plyvel", wal_mode="fsync", threads=16, throughput=5000.0)])
+    crash = dict(recovery_s=1.0, pages_restored=100_000, read_recovery_files_s=0.3, restore_s=0.5,
+                 records_replayed=300_000, replay_s=0.5, replay_rate=600_000.0, missing_or_wrong=0)
+    ck = dict(lock=dict(pages=100_000, lock_ms=2.0), recovery_rate=dict(rate=800.0),
+              sequential=dict(rate=1000.0), crash=crash)
+    ms = []
+    for scen in ("full-speed", "extreme"):
+        ms += [_s(scenario=scen, recovery_data="wal", throughput=100.0, wal_bytes_per_op=1000.0),
+               _s(scenario=scen, throughput=150.0, wal_bytes_per_op=150.0)]
+    ms += [_s(scenario="extreme", compression="disabled", ckpt_pages=10, recovery_bytes_per_page=4096,
+              ckpt_ms_per_kpage=10.0),
+           _s(scenario="extreme", compression="snappy", ckpt_pages=10, recovery_bytes_per_page=1500,
+              ckpt_ms_per_kpage=9.0),
+           _s(scenario="extreme", throttling="exponential_backoff", throughput=110.0)]
+    return dict(base=base, commit=commit, checkpoint=ck, matrix=ms,
+                encryption=dict(plain=dict(throughput=100.0), encrypted=dict(throughput=80.0)),
+                harness=dict(noop=5e6, best_store=4e5, ratio=12.5), repeat=dict(a=100.0, b=110.0))
+
+
+def test_every_issue_has_rows_and_statuses_follow_the_ratios():
+    rows = bars.evaluate(_report())
+    assert {r["issue"] for r in rows} == {2, 3, 4, 5, 6, 7}
+    by = {r["bar"]: r for r in rows}
+    assert by["random point gets >= 1.0x lmdb"]["status"] == "FAIL"          # 2 vs 4
+    assert by["bulk load >= 1.0x lmdb"]["status"] == "PASS"
+    mem = next(r for r in rows if r["bar"].startswith("resident memory"))
+    assert mem["status"] == "PASS" and abs(mem["ratio"] - 600 / 662) < 1e-9
+    assert by["log_only 1 thread >= 5x sqlite NORMAL"]["status"] == "PASS"   # 25x
+    assert by["fsync 1 thread >= 0.9x bare 4 KiB pwrite+fdatasync loop"]["status"] == "PASS"
+    wal = next(r for r in rows if r["bar"].startswith("WAL bytes per put"))
+    assert abs(wal["ratio"] - 150 / 149) < 1e-9 and wal["status"] == "PASS"
+    assert by["checkpoint write lock <= 5 ms with 100,000 dirty pages"]["status"] == "PASS"
+    assert by["recovery files written at >= 70 % of a plain sequential write"]["status"] == "PASS"
+    assert by["WAL replay >= 300,000 records/s"]["status"] == "PASS"
+    enc = by["encryption costs <= 25 % of put throughput at full speed"]
+    assert abs(enc["ratio"] - 0.2) < 1e-9 and enc["status"] == "PASS"
+    rep = by["two runs of one configuration agree within 15 %"]
+    assert abs(rep["ratio"] - 10 / 110) < 1e-9 and rep["status"] == "PASS"
+    assert any(r["bar"].startswith("skip_garbage or a codec") and r["status"] == "PASS" for r in rows)
+    assert by["default throughput >= 1.5x exponential_backoff (extreme)"]["status"] == "FAIL"  # 150/110
+    assert all(r["status"] in ("PASS", "FAIL", "n/a") for r in rows)
+    bars.table(rows)  # renders
+
+
+def test_an_empty_report_gives_na_rows_not_errors():
+    rows = bars.evaluate({})
+    assert rows and all(r["status"] == "n/a" for r in rows)
+
+
+def test_checkpoint_figures_in_ms_from_seconds_or_ms():
+    assert ckpt_figures(dict(lock_seconds=0.002, total_seconds=1.5))["lock_ms"] == 2.0
+    f = ckpt_figures(dict(lock_ms=3.0, page_write_seconds=0.25))
+    assert f["lock_ms"] == 3.0 and f["page_write_ms"] == 250.0 and f["fsync_ms"] == 0.0
+
+
+def test_running_flag_and_seconds_marked_after_the_fact():
+    assert checkpoint_running({"checkpoint_running": True, "ckpt_pages": 0})
+    assert checkpoint_running({"ckpt_pages": 5}) and not checkpoint_running({"ckpt_pages": 0})
+    ts = [dict(second=s, checkpoint_running=False) for s in range(4)]
+    _mark_checkpoint_seconds(ts, [dict(t_start=1.2, total_ms=1000.0), dict(t_start=float("nan"), total_ms=5.0)])
+    assert [r["checkpoint_running"] for r in ts] == [False, True, True, False]

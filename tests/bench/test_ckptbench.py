@@ -1,0 +1,23 @@
+"""The checkpoint benchmark's kill -9 path on the real store, at a small size."""
+
+import pytest
+
+from bench import ckptbench
+from bench.stores import pagestore_available
+
+
+@pytest.mark.skipif(not pagestore_available()[0], reason="pagestore cannot be opened here")
+def test_crash_in_step_5_is_recovered_and_timed(tmp_path):
+    out = ckptbench.crash_recovery(30_000, data_dir=str(tmp_path), store_options=dict(memory_size=64 << 20),
+                                   timeout=120)
+    assert out.get("error") is None, out
+    assert out["killed"] and out["crash_spec"].startswith("checkpoint.page_written@")
+    assert out["lock"]["pages"] > 0 and out["lock"]["lock_ms"] >= 0
+    assert out["pages_restored"] > 0 and out["recovery_s"] > 0
+    assert out["read_recovery_files_s"] > 0 and out["recovery_file_bytes"] > 0
+    assert out["missing_or_wrong"] == 0 and out["checked"] == 5000
+
+
+def test_sequential_write_rate_is_positive(tmp_path):
+    r = ckptbench.sequential_write_rate(4 << 20, str(tmp_path))
+    assert r["bytes"] == 4 << 20 and r["rate"] > 0
