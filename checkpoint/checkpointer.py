@@ -63,6 +63,7 @@ from the WAL's page records instead (recovery/physical.py).
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +81,9 @@ DEFAULT_THREADS = 4           # Ignite's DFLT_CHECKPOINT_THREADS
 DEFAULT_CHUNK_PAGES = 64      # 256 KiB per pwrite with 4 KiB pages
 COPY_FIRST_FRACTION = 2 / 3   # checkpoint-buffer fill above which COW pages go first
 MARKER_HISTORY = 2            # completed checkpoints whose markers are kept
+
+
+HISTORY = 256
 
 
 class CheckpointerError(Exception):
@@ -131,6 +135,8 @@ class Checkpointer:
         self._totals = {"checkpoints": 0, "recovery_bytes_written": 0, "page_bytes_written": 0,
                         "recovery_pages_written": 0, "pages_written": 0, "gap_fallbacks": 0,
                         "lock_seconds_max": 0.0, "last_checkpoint": None}
+        # The last HISTORY checkpoints' figures, for per-checkpoint rows.
+        self._history = collections.deque(maxlen=HISTORY)
         self._cond = threading.Condition()
         self._requested = self._done = 0
         self._reasons: list[str] = []
@@ -355,6 +361,7 @@ class Checkpointer:
             t["gap_fallbacks"] += stats["gap_fallbacks"]
             t["lock_seconds_max"] = max(t["lock_seconds_max"], stats["lock_seconds"])
             t["last_checkpoint"] = dict(stats)
+            self._history.append(dict(stats))
 
     # -- observation -------------------------------------------------------
     def stats(self) -> dict:
@@ -362,6 +369,7 @@ class Checkpointer:
         with self._cond:
             out = dict(self._totals)
             out["last_checkpoint"] = dict(out["last_checkpoint"]) if out["last_checkpoint"] else None
+            out["checkpoint_history"] = [dict(h) for h in self._history]
             return out
 
     def progress(self) -> dict:
