@@ -109,7 +109,11 @@ def _read(spark, dirs: list, dataset: str):
             frames.append(df.select(*[F.nanvl(F.col(c), F.lit(None)).alias(c) if t == "double"
                                       else F.col(c) for c, t in df.dtypes]))
     if not frames:
-        raise FileNotFoundError(f"no {dataset!r} dataset under {', '.join(dirs)}")
+        if dataset == "summary":
+            raise FileNotFoundError(f"no {dataset!r} dataset under {', '.join(dirs)}")
+        # A run may have no rows of a kind (no checkpoint in a short run):
+        # an empty dataset of the contract's schema, not an error.
+        return spark.createDataFrame([], spark_ddl(dataset))
     df = frames[0]
     for f in frames[1:]:
         df = df.unionByName(f, allowMissingColumns=True)

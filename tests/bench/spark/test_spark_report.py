@@ -132,3 +132,14 @@ def test_html_names_every_configuration_and_embeds_every_chart(spark, results, t
         csv = pd.read_csv(os.path.join(out, f"{name}.csv"))
         md = open(os.path.join(out, f"{name}.md")).read().splitlines()
         assert len(md) == len(csv) + 2 and f"id='{name}'" in text
+
+
+def test_results_without_checkpoint_rows_still_make_a_report(spark, results, tmp_path, expected):
+    # A short run has no checkpoint rows, so no `checkpoints` dataset exists.
+    import shutil
+    only = tmp_path / "no-checkpoints"
+    for name in ("summary", "timeseries"):
+        shutil.copytree(os.path.join(results, name), only / name)
+    t = build_tables(spark, [str(only)])
+    assert sorted(t["configurations"]["config"]) == sorted(expected[0].index)
+    assert t["checkpoints"].drop(columns="config").fillna(0).eq(0).all().all()
