@@ -132,7 +132,15 @@ def get_session(master: str | None = None, app: str = "pagestore-bench",
          .config("spark.python.worker.reuse", "true"))
     if is_local(master):
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    spark = b.getOrCreate()
+    # Under `PAGESTORE_SANITIZE=1 make test` the ASan runtime is preloaded for
+    # the C core; a JVM started with it never comes up, so it is kept from
+    # the JVM (and from the Python workers the JVM starts) only.
+    preload = os.environ.pop("LD_PRELOAD", None)
+    try:
+        spark = b.getOrCreate()
+    finally:
+        if preload is not None:
+            os.environ["LD_PRELOAD"] = preload
     spark.sparkContext.setLogLevel("WARN")
     if not is_local(master):
         _ship_bench(spark)
