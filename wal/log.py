@@ -1,15 +1,21 @@
 """`Wal`: segment ownership, durability modes, group commit, trimming, recovery.
 
-The C core encodes records straight into the mapped current segment at the
-LSN it reserves under the tree lock and reports the end of what it has
+The C core encodes records straight into the current segment's buffer at
+the LSN it reserves under the tree lock and reports the end of what it has
 written through `end_lsn()`; this class never copies record bytes. It hands
 the encoder segments (`start`, `segment_for`), makes written bytes visible
 and durable per the mode (`commit`, `flush`), and reads the log back on open
 (`recover`). docs/wal.md describes the modes and their costs.
 
+Write paths (`write_path`): "mmap" (log_only, background) gives the encoder
+a shared mapping of the segment file; "pwrite" (fsync mode, and always with
+direct=True) gives it anonymous aligned memory, and publishing pwrites the
+4 KiB blocks covering the new bytes to the file.
+
 Durability pointers (LSNs, only growing):
-  published  everything below was handed to the OS (`Mapping.publish`; on
-             posix the mapping *is* the page cache, so this step is skipped)
+  published  everything below was handed to the OS (pwrite path: pwritten;
+             mmap path: `Mapping.publish`, skipped on posix, where the
+             mapping *is* the page cache)
   durable    everything below survives power loss (fdatasync of the segment
              files; fdatasync releases the GIL, so concurrent leaders overlap)
 Invariants:
@@ -30,7 +36,7 @@ from diskio import PosixFS
 from .archive import Archive
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
 from .reader import RecoveryReport, scan
-from .segments import Segments
+from .segments import WRITE_PATHS, Segments
 
 __all__ = ["Wal", "MODES", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE"]
 
@@ -46,9 +52,16 @@ class Wal:
     def __init__(self, fs, dirpath: str, *, mode: str = "log_only", segment_size: int = DEFAULT_SEGMENT_SIZE,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL, end_lsn=None,
                  max_syncs: int = DEFAULT_MAX_SYNCS, archive: str | None = None,
-                 archive_size: int = 1 << 30, cipher=None):
+                 archive_size: int = 1 << 30, cipher=None, direct: bool = False,
+                 write_path: str | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if write_path is None:
+            write_path = "pwrite" if mode == "fsync" or direct else "mmap"
+        if write_path not in WRITE_PATHS:
+            raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
+        if direct and write_path != "pwrite":
+            raise ValueError("direct=True (O_DIRECT) writes through write_path='pwrite'")
         if segment_size % BLOCK or segment_size < MIN_SEGMENT:
             raise ValueError(f"segment_size must be a multiple of {BLOCK} and >= {MIN_SEGMENT}")
         if not flush_interval > 0:
@@ -59,14 +72,19 @@ class Wal:
         self.segment_size = segment_size
         self.flush_interval = flush_interval
         self.max_syncs = max(1, max_syncs)
+        self.write_path = write_path
+        self.direct = direct
         self._end_lsn = end_lsn
         # The C core writes records in plaintext into the mapped segment, so
         # the WAL is not encrypted (docs/encryption.md); `cipher` is accepted
         # for the day sealing is wired in and reported by stats().
         self.cipher = cipher
         self._archive = Archive(fs, archive, archive_size) if archive else None
-        self._segs = Segments(fs, dirpath, segment_size, self._archive)
-        self._publish_needed = not isinstance(fs, PosixFS)
+        self._segs = Segments(fs, dirpath, segment_size, self._archive,
+                              write_path=write_path, direct=direct)
+        self._pwrite = write_path == "pwrite"
+        self._publish_needed = self._pwrite or not isinstance(fs, PosixFS)
+        self._released = 0         # pwrite path: segments below this seq have no buffer
         self._mu = threading.Lock()
         self._waiters: list = []   # (lsn, gate lock) of commits waiting for a sync round
         self._pub_lock = threading.Lock()
@@ -161,6 +179,11 @@ class Wal:
             fresh = self._scan_end.fresh_seq
         buf = self._segs.acquire(fresh)
         buf[0:BLOCK] = encode_segment_header(self.segment_size, fresh, from_end_lsn)
+        if self._pwrite:
+            # The header is in the file at once, as with a mapping (a store
+            # closed before its first record reopens after this segment).
+            self._segs.publish(fresh, 0, BLOCK)
+        self._released = fresh
         self._published = self._durable = self._sync_target = from_end_lsn
         self._start_lsn = fresh * self.segment_size   # bytes written count from the fresh segment
         self._started = True
@@ -221,7 +244,7 @@ class Wal:
                 gate.acquire()
                 self._waiters.append((lsn, gate))
             gate.acquire()      # released by a leader: covered now, or asked to lead
-        ok = False
+        ok = release = False
         try:
             self._sync_range(start, target)
             ok = True
@@ -230,6 +253,7 @@ class Wal:
                 self._syncing -= 1
                 if ok and target > self._durable:
                     self._durable = target
+                    release = self._pwrite and target // self.segment_size > self._released
                     self._rounds += 1
                     self._group_max = max(self._group_max, self._round_size)
                     self._round_size = 0
@@ -250,6 +274,21 @@ class Wal:
                 elif left and self._syncing < self.max_syncs:
                     left.pop()[1].release()  # it loops back and leads the next round
                 self._waiters = left
+            if release:
+                self._release_written()
+
+    def _release_written(self) -> None:
+        """pwrite path: drop the buffers of segments wholly below `durable`.
+
+        They are written and synced, and the encoder has moved on. Under
+        `_pub_lock`, so no publish is reading them (a later publish starts
+        at `published` >= `durable`).
+        """
+        with self._pub_lock:
+            upto = self._durable // self.segment_size
+            if upto > self._released:
+                self._segs.release(upto)
+                self._released = upto
 
     def _sync_range(self, start: int, target: int) -> None:
         if self._publish_needed:
@@ -298,6 +337,11 @@ class Wal:
     # -- trimming, stats, teardown ---------------------------------------------------
     def trim(self, lsn: int) -> None:
         """Records before `lsn` are no longer needed (a durable checkpoint's pointer)."""
+        if self._pwrite and self._started and not self._closed:
+            # The archive copies the files: every byte of a trimmed segment
+            # must be in its file before the slot is closed. A caller that
+            # flushed to `lsn` (the checkpointer) makes this a no-op.
+            self._publish_upto(min(lsn, self._end_lsn()))
         self._segs.trim(lsn // self.segment_size)
 
     @property
@@ -318,6 +362,10 @@ class Wal:
             "wal_segments_live": len(self._segs.live),
             "wal_segments_archived": self._archive.archived if self._archive else 0,
             "wal_encrypted": False,
+            "wal_write_path": self.write_path,
+            "wal_direct": self.direct,
+            "wal_pwrites": self._segs.pwrites,
+            "wal_pwrite_bytes": self._segs.pwrite_bytes,
         }
 
     def abandon(self) -> None:

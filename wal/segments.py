@@ -15,19 +15,29 @@ Invariants:
       segment is written (wal/log.py).
   (3) One spare slot is prepared ahead of need (in a background thread), so
       the C encoder's next-segment callback only takes it.
+  (4) Write paths. "mmap": the writer's buffer is a shared mapping of the
+      slot file. "pwrite" (fsync mode, O_DIRECT): the buffer is anonymous,
+      4096-aligned memory of segment_size bytes, and `publish` pwrites
+      whole 4 KiB blocks of it to the same offsets of the open slot file.
+      Bytes of the file below the published point equal the buffer's.
 
 Every file operation goes through the `diskio` file system given.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import threading
 
-from .format import SEG_HDR_LEN, decode_segment_header
+from diskio import PosixFS, aligned_buffer
 
-__all__ = ["Segments", "Slot", "slot_name"]
+from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
+
+__all__ = ["Segments", "Slot", "slot_name", "WRITE_PATHS"]
+
+WRITE_PATHS = ("mmap", "pwrite")
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
@@ -59,13 +69,14 @@ class Slot:
 
 
 class _Live:
-    """A segment mapped for the writer: its slot, mapping and sync handle."""
+    """A segment handed to the writer: its slot, buffer, mapping (mmap path) and file."""
 
-    __slots__ = ("slot", "mapping", "file", "busy", "doomed")
+    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed")
 
-    def __init__(self, slot: Slot, mapping, file):
+    def __init__(self, slot: Slot, mapping, buffer, file):
         self.slot = slot
-        self.mapping = mapping
+        self.mapping = mapping  # diskio Mapping (mmap path) or None (pwrite path)
+        self.buffer = buffer    # what the encoder writes into; None once released
         self.file = file
         self.busy = 0         # syncs running on `file`
         self.doomed = False   # trimmed while busy: the last sync closes it
@@ -74,8 +85,22 @@ class _Live:
 class Segments:
     """The slot files of one WAL directory."""
 
-    def __init__(self, fs, dirpath: str, segment_size: int, archive=None):
+    def __init__(self, fs, dirpath: str, segment_size: int, archive=None, *,
+                 write_path: str = "mmap", direct: bool = False):
+        if write_path not in WRITE_PATHS:
+            raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
+        if direct and write_path != "pwrite":
+            raise ValueError("direct=True needs write_path='pwrite'")
         self.fs = fs
+        self.write_path = write_path
+        self.pwrite_path = write_path == "pwrite"
+        self.direct = direct
+        # Slot files are opened for writing through `_wfs`. A buffered
+        # PosixFS opens direct=True files buffered, so O_DIRECT asked of
+        # the WAL alone gets a PosixFS of its own for those opens.
+        self._wfs = PosixFS(direct=True) if direct and isinstance(fs, PosixFS) and not fs.direct else fs
+        self.pwrites = 0           # pwrite calls of the pwrite path
+        self.pwrite_bytes = 0
         self.archive = archive          # wal.archive.Archive or None
         self.dir = dirpath
         self.segment_size = segment_size
@@ -176,14 +201,16 @@ class Segments:
         with self._lock:
             live = self.live.get(seq)
             if live is not None:
-                return live.mapping.buffer
+                if live.buffer is None:
+                    raise ValueError(f"segment {seq} was already written, synced and released")
+                return live.buffer
             if self.live and seq <= max(self.live):
                 raise ValueError(f"segment {seq} requested after segment {max(self.live)}")
         spare = self._take_spare()
         with self._lock:
             self.live[seq] = spare
         self.prepare_spare()
-        return spare.mapping.buffer
+        return spare.buffer
 
     def _take_spare(self) -> _Live:
         thread = self._spare_thread
@@ -215,7 +242,7 @@ class Segments:
             self._spare = spare
 
     def _prepare(self) -> _Live:
-        """Preallocate and map a free or new slot (invariant 1)."""
+        """Preallocate a free or new slot and give it a buffer (invariants 1, 4)."""
         S, fs = self.segment_size, self.fs
         with self._lock:
             reuse = min(self.free, default=None)
@@ -227,7 +254,7 @@ class Segments:
                 slot = Slot(number, posixpath.join(self.dir, slot_name(number)), 0, None)
                 self.slots[number] = slot
         new = slot.size == 0 and not fs.exists(slot.path)
-        f = fs.open(slot.path, create=new)
+        f = self._wfs.open(slot.path, create=new, direct=self.direct)
         try:
             if slot.size < S:
                 # Allocate, then write the zeros: on ext4 a write into a
@@ -242,20 +269,97 @@ class Segments:
                 self.created += 1
                 fs.crash_point("wal.segment_created")
                 fs.fsync_dir(self.dir)
-            mapping = fs.map(slot.path, S)
+            if not self.pwrite_path:
+                mapping = fs.map(slot.path, S)
+                return _Live(slot, mapping, mapping.buffer, f)
+            if not f.direct:
+                self._drop_cached_pages(f, reused=not new)
+            buf = aligned_buffer(S)
         except BaseException:
             f.close()
             raise
-        return _Live(slot, mapping, f)
+        return _Live(slot, None, buf, f)
+
+    @staticmethod
+    def _drop_cached_pages(f, reused: bool) -> None:
+        """Evict the slot's clean pages from the page cache (posix, buffered pwrite path).
+
+        The zero fill above (1 MiB writes), recovery's mapped reads and a
+        log_only incarnation leave large folios in the page cache. A 4 KiB
+        pwrite into a cached 1 MiB folio dirties all of it, and the next
+        fdatasync writes the whole megabyte. Once the pages are gone, each
+        4 KiB pwrite creates a 4 KiB folio (see `publish`). Only a cache
+        hint: the file's bytes do not change.
+        """
+        fileno = getattr(f, "fileno", None)
+        if fileno is None or not hasattr(os, "posix_fadvise"):
+            return
+        if reused:
+            f.fdatasync()   # DONTNEED only drops clean pages
+        try:
+            os.posix_fadvise(fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
 
     def buffer(self, seq: int):
-        return self.live[seq].mapping.buffer
+        buf = self.live[seq].buffer
+        if buf is None:
+            raise KeyError(seq)
+        return buf
 
     def publish(self, seq: int, lo: int, hi: int) -> None:
-        """Hand bytes [lo, hi) of segment seq to the OS (a segment not mapped has nothing new)."""
+        """Hand bytes [lo, hi) of segment seq to the OS (a segment not live has nothing new).
+
+        mmap path: `Mapping.publish` (no-op on posix). pwrite path: pwrite
+        [lo, hi) from the buffer to the same file offsets, extended up to
+        the next 4 KiB boundary (the bytes past `hi` are whatever the
+        encoder has put there so far; a later round writes them again).
+        With O_DIRECT, `lo` is rounded down to 4 KiB as well, so the
+        partial block at `lo` is rewritten, durable bytes included; a
+        buffered write starts at `lo` itself and the kernel writes the
+        whole page back. A buffered write makes page-cache folios as large
+        as itself, so the last block, if partial, goes in a pwrite of its
+        own: the block the next round writes into again must sit in a
+        4 KiB folio, or that write dirties, and the next fdatasync writes
+        back, the whole large folio.
+        """
         live = self.live.get(seq)
-        if live is not None:
+        if live is None:
+            return
+        if live.mapping is not None:
             live.mapping.publish(lo, hi)
+            return
+        buf = live.buffer
+        if buf is None or hi <= lo:
+            return
+        f = live.file
+        if f.direct:
+            lo -= lo % BLOCK
+        top = -(-hi // BLOCK) * BLOCK
+        last = top - BLOCK
+        if top != hi and lo < last and not f.direct:
+            f.pwrite(buf[lo:last], lo)
+            f.pwrite(buf[last:top], last)
+            self.pwrites += 2
+        else:
+            f.pwrite(buf[lo:top], lo)
+            self.pwrites += 1
+        self.pwrite_bytes += top - lo
+
+    def release(self, before_seq: int) -> None:
+        """pwrite path: drop the buffers of segments with seq < before_seq.
+
+        The caller guarantees that their bytes are written and synced and
+        that the encoder has moved past them. The memory is freed once the
+        encoder lets go of its reference too. The files stay open until
+        trim, since a leader that started earlier may still fdatasync them.
+        """
+        if not self.pwrite_path:
+            return
+        with self._lock:
+            for seq, live in self.live.items():
+                if seq < before_seq:
+                    live.buffer = None
 
     def sync(self, seq: int) -> None:
         """Make everything written to segment `seq` durable (releases the GIL on posix)."""
@@ -322,7 +426,9 @@ class Segments:
 
     def _close_live(self, live: _Live) -> None:
         live.file.close()
-        self._close_mapping(live.mapping)
+        live.buffer = None   # pwrite path: anonymous memory, freed with its last reference
+        if live.mapping is not None:
+            self._close_mapping(live.mapping)
 
     def _close_mapping(self, mapping) -> None:
         try:

@@ -41,8 +41,10 @@ def run_threads(h, nthreads, per_thread, value=b"v" * 100, acked=None, lock=None
     return sum(done)
 
 
+@pytest.mark.parametrize("write_path", ["pwrite", "mmap"])
 @pytest.mark.parametrize("max_syncs, factor, biggest", [(1, 5, 8), (2, 3, 8), (4, 2, 4)])
-def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch, max_syncs, factor, biggest):
+def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch, max_syncs, factor, biggest,
+                                                                   write_path):
     real = SimFile.fsync
 
     def slow_fsync(self):        # a device flush of about a millisecond, GIL released
@@ -50,7 +52,7 @@ def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch,
         real(self)
 
     monkeypatch.setattr(SimFile, "fsync", slow_fsync)
-    h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20, max_syncs=max_syncs)
+    h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20, max_syncs=max_syncs, write_path=write_path)
     commits = run_threads(h, 16, 40)
     st = h.wal.stats()
     h.wal.close()
@@ -59,20 +61,24 @@ def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch,
     assert st["wal_group_size_max"] >= biggest and st["wal_group_size_mean"] >= factor, st
 
 
-def test_group_commit_on_the_real_disk_shares_fdatasyncs(tmp_path):
-    h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="fsync", segment_size=1 << 20, max_syncs=1)
+@pytest.mark.parametrize("write_path", ["pwrite", "mmap"])
+def test_group_commit_on_the_real_disk_shares_fdatasyncs(tmp_path, write_path):
+    h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="fsync", segment_size=1 << 20, max_syncs=1,
+                   write_path=write_path)
     commits = run_threads(h, 16, 60)
     st = h.wal.stats()
     h.wal.close()
     assert st["wal_fsyncs"] * 4 < commits, st
 
 
+@pytest.mark.parametrize("write_path", ["pwrite", "mmap"])
 @pytest.mark.parametrize("nthreads", [1, 4])
-def test_fsync_mode_loses_nothing_acknowledged_on_power_loss(nthreads):
+def test_fsync_mode_loses_nothing_acknowledged_on_power_loss(nthreads, write_path):
     for seed in range(60):
         rng = random.Random(seed * 7 + nthreads)
         fs = SimFS()
-        h = open_fresh(fs, mode="fsync")
+        h = open_fresh(fs, mode="fsync", write_path=write_path)
+        assert h.wal.stats()["wal_write_path"] == write_path
         for k in range(rng.randrange(0, 40)):     # some history that is already durable
             h.put(b"pre%03d" % k, b"p" * rng.randrange(1, 3000))
         acked = []
