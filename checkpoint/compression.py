@@ -113,6 +113,55 @@ class PageCodec:
             return raw_codec, flags, base
         return self.id, flags, packed
 
+    def bound(self, size: int) -> int:
+        """Bytes `compress_into` may need for `size` input bytes (snappy's bound is the largest)."""
+        return 32 + size + size // 6 + 64
+
+    def encode_into(self, page, out, at: int, scratch) -> tuple[int, int, int]:
+        """`encode` without intermediate objects: (codec applied, flags, n).
+
+        The payload is written to out[at:at + n], n <= page size. `scratch` is
+        the caller's (bytearray(page_size), bytearray(bound(page_size))) pair,
+        one per thread: it holds the compacted page and the codec's output.
+        The payload is byte-identical to `encode`'s.
+        """
+        ps = self.page_size
+        if self.id == DISABLED:
+            out[at:at + ps] = page
+            return DISABLED, 0, ps
+        lo, hi = _FREE.unpack_from(page, _FREE_OFFSET)
+        if PAGE_HEADER_SIZE <= lo < hi <= ps and _ZEROS.startswith(page[lo:hi]):
+            n, flags, raw_codec = ps - (hi - lo), GAP_SKIPPED, SKIP_GARBAGE
+            if self.id == SKIP_GARBAGE:
+                out[at:at + lo] = page[:lo]
+                out[at + lo:at + n] = page[hi:ps]
+                return SKIP_GARBAGE, GAP_SKIPPED, n
+            compact = memoryview(scratch[0])
+            compact[:lo] = page[:lo]
+            compact[lo:n] = page[hi:ps]
+            src = compact[:n]
+        else:
+            n, flags, raw_codec, src = ps, 0, DISABLED, page
+            if self.id == SKIP_GARBAGE:
+                out[at:at + ps] = page
+                return DISABLED, 0, ps
+        packed = scratch[1]
+        k = self._compress_into(src, packed)
+        if k >= n:
+            out[at:at + n] = src
+            return raw_codec, flags, n
+        out[at:at + k] = memoryview(packed)[:k]
+        return self.id, flags, k
+
+    def _compress_into(self, data, out) -> int:
+        if self.id == SNAPPY:
+            return cramjam.snappy.compress_raw_into(data, out)
+        if self.id == ZSTD:
+            return cramjam.zstd.compress_into(data, out, level=self.level)
+        if self.level:
+            return cramjam.lz4.compress_block_into(data, out, mode="high_compression", compression=self.level)
+        return cramjam.lz4.compress_block_into(data, out)
+
     def _compress(self, data: bytes) -> bytes:
         if self.id == SNAPPY:
             return bytes(cramjam.snappy.compress_raw(data))

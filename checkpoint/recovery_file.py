@@ -2,26 +2,42 @@
 
 A writer thread owns one `RecoveryFileWriter` for the whole recovery phase:
 it appends chunks of page images with one pwrite per chunk (the records of
-a chunk are joined in memory first, so the file sees large sequential
-writes), then `sync_and_close` fsyncs it. The reader streams a file in large
+a chunk are built in one reused buffer, so the file sees large sequential
+writes), then `sync` fsyncs it and `close` closes it. The reader streams a file in large
 blocks and yields verified page images, raising `RecoveryFileCorrupt` at the
 first byte that breaks the validity rule.
 """
 
 from __future__ import annotations
 
-from .compression import PageCodec
-from .format import (ENCRYPTED, FILE_HEADER_SIZE, GAP_SKIPPED, MAX_PAYLOAD_OVER_PAGE, RECORD_HEADER,
-                     RECORD_HEADER_SIZE, RecoveryFileCorrupt, pack_file_header,
-                     pack_record_header, record_context, record_crc, unpack_file_header)
+import struct
+
+from crc32c import crc32c
+
+from .compression import _FREE_OFFSET, _ZEROS, DISABLED, PAGE_HEADER_SIZE, SKIP_GARBAGE, PageCodec
+from .format import (_RECORD_CRC_SPAN, ENCRYPTED, FILE_HEADER_SIZE, GAP_SKIPPED, MAX_PAYLOAD_OVER_PAGE,
+                     RECORD_HEADER, RECORD_HEADER_SIZE, RecoveryFileCorrupt, pack_file_header,
+                     record_context, record_crc, unpack_file_header)
 
 __all__ = ["RecoveryFileWriter", "read_recovery_file", "check_recovery_file_header"]
 
 _READ_BLOCK = 4 << 20
+_HEAD14 = struct.Struct("<QBBI")     # the record header's first 14 bytes (RECORD_HEADER without crc)
+_CRC = struct.Struct("<I")
+_GAP = struct.Struct("<HH")          # free_lo, free_hi of the page header
+assert _HEAD14.size == _RECORD_CRC_SPAN
 
 
 class RecoveryFileWriter:
-    """Appends page records to a new recovery file."""
+    """Appends page records to a new recovery file.
+
+    The writer threads hold the GIL for every Python step of `append`, so the
+    per-page work is kept to a handful of C calls: records are built in place
+    in one preallocated buffer (header by `pack_into`, payload by slice
+    assignment from the chunk's memoryview, or by a codec's `*_into`), the
+    CRC runs over memoryviews, and the whole chunk leaves in one pwrite. No
+    per-page bytes object is made unless the store is encrypted.
+    """
 
     def __init__(self, fs, path: str, checkpoint_id: int, writer: int, page_size: int, codec: PageCodec,
                  cipher=None):
@@ -33,28 +49,91 @@ class RecoveryFileWriter:
         self.offset = len(header)
         self.pages = 0
         self.gap_fallbacks = 0   # skip_garbage pages stored whole (their gap was not zero)
+        self._out = bytearray()
+        self._scratch = None     # compact page and codec output, compressing codecs only
+
+    def _buffer(self, pages: int, per_page: int) -> memoryview:
+        need = pages * per_page
+        if len(self._out) < need:
+            self._out = bytearray(need)
+        return memoryview(self._out)
 
     def append(self, page_ids, images) -> int:
         """Encode and write `len(page_ids)` pages from `images`; bytes written."""
-        ps, parts, at = self.page_size, [], self.offset
-        want_gap = self.codec.id != 0
-        for i, pid in enumerate(page_ids):
-            codec, flags, payload = self.codec.encode(images[i * ps:(i + 1) * ps])
+        if self.cipher is None and self.codec.id in (DISABLED, SKIP_GARBAGE):
+            end = self._append_plain(page_ids, images)
+        else:
+            end = self._append_encoded(page_ids, images)
+        self._file.pwrite(self._view[:end], self.offset)
+        self._view = None
+        self.offset += end
+        self.pages += len(page_ids)
+        return end
+
+    def _append_plain(self, page_ids, images) -> int:
+        """disabled / skip_garbage without a cipher: copies and CRCs only."""
+        ps = self.page_size
+        out = self._view = self._buffer(len(page_ids), ps + RECORD_HEADER_SIZE)
+        buf = self._out
+        pack_head, pack_crc, unpack_gap = _HEAD14.pack_into, _CRC.pack_into, _GAP.unpack_from
+        skip = self.codec.id == SKIP_GARBAGE
+        zeros, low = _ZEROS.startswith, PAGE_HEADER_SIZE
+        pos = base = 0
+        for pid in page_ids:
+            top = base + ps
+            data = pos + RECORD_HEADER_SIZE
+            if skip:
+                lo, hi = unpack_gap(images, base + _FREE_OFFSET)
+                if low <= lo < hi <= ps and zeros(images[base + lo:base + hi]):
+                    n = ps - (hi - lo)
+                    pack_head(buf, pos, pid, SKIP_GARBAGE, GAP_SKIPPED, n)
+                    out[data:data + lo] = images[base:base + lo]
+                    out[data + lo:data + n] = images[base + hi:top]
+                else:
+                    self.gap_fallbacks += 1
+                    n = ps
+                    pack_head(buf, pos, pid, DISABLED, 0, n)
+                    out[data:data + n] = images[base:top]
+            else:
+                n = ps
+                pack_head(buf, pos, pid, DISABLED, 0, n)
+                out[data:data + n] = images[base:top]
+            pack_crc(buf, pos + _RECORD_CRC_SPAN, crc32c(out[data:data + n], crc32c(out[pos:pos + _RECORD_CRC_SPAN])))
+            pos = data + n
+            base = top
+        return pos
+
+    def _append_encoded(self, page_ids, images) -> int:
+        """A compressing codec and/or a cipher: the payload is encoded into the buffer."""
+        ps, codec, cipher = self.page_size, self.codec, self.cipher
+        room = ps + MAX_PAYLOAD_OVER_PAGE
+        out = self._view = self._buffer(len(page_ids), RECORD_HEADER_SIZE + room)
+        buf = self._out
+        if self._scratch is None:
+            self._scratch = (bytearray(ps), bytearray(codec.bound(ps)))
+        scratch = self._scratch
+        want_gap = codec.id != DISABLED
+        pos, at, base = 0, self.offset, 0
+        for pid in page_ids:
+            data = pos + RECORD_HEADER_SIZE
+            cid, flags, n = codec.encode_into(images[base:base + ps], out, data, scratch)
             if want_gap and not flags & GAP_SKIPPED:
                 self.gap_fallbacks += 1
-            if self.cipher is not None:
+            if cipher is not None:
                 flags |= ENCRYPTED
-                payload = self.cipher.seal(payload, record_context(self.checkpoint_id, self.writer, at,
-                                                                   pid, codec, flags))
-            head = pack_record_header(pid, codec, flags, payload)
-            parts.append(head)
-            parts.append(payload)
-            at += len(head) + len(payload)
-        data = b"".join(parts)
-        self._file.pwrite(data, self.offset)
-        self.offset += len(data)
-        self.pages += len(page_ids)
-        return len(data)
+                sealed = cipher.seal(out[data:data + n], record_context(self.checkpoint_id, self.writer,
+                                                                        at + pos, pid, cid, flags))
+                n = len(sealed)
+                if data + n > len(buf):
+                    buf.extend(bytes(data + n - len(buf)))
+                    out = self._view = memoryview(buf)
+                out[data:data + n] = sealed
+            _HEAD14.pack_into(buf, pos, pid, cid, flags, n)
+            _CRC.pack_into(buf, pos + _RECORD_CRC_SPAN,
+                           crc32c(out[data:data + n], crc32c(out[pos:pos + _RECORD_CRC_SPAN])))
+            pos = data + n
+            base += ps
+        return pos
 
     def sync(self) -> None:
         self._file.fsync()
