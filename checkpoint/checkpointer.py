@@ -282,6 +282,8 @@ class Checkpointer:
             parsed = parse_name(name)
             if parsed is not None and parsed[1] == "RECOVERY" and parsed[0] != cid:
                 remove_quietly(fs, f"{self.cpdir}/{name}")
+        stats["recovery_delete_seconds"] = clock() - t
+        t = clock()                                   # the write phase alone, as IEP-113 reports it
         if self.recovery_data == "checkpoint" and page_ids:
             r = pool.write_recovery_files(self._pool, fs, self.cpdir, self.source, self.codec, cid, page_ids,
                                           workers=self.threads, chunk_pages=self.chunk_pages,
