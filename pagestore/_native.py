@@ -327,8 +327,12 @@ class Core:
                     self._raise(r, len(k), len(v))
         self._raise(r)
 
-    def apply_log(self, records: bytes) -> int:
-        """Replay raw PUT/DELETE records (block headers removed) without logging."""
+    def apply_log(self, records) -> int:
+        """Replay raw PUT/DELETE records (block headers removed) without logging.
+        `records` is bytes or any contiguous bytes-like object (a bytearray from
+        `wal_scan`)."""
+        if type(records) is not bytes:
+            records = ffi.from_buffer(records)
         r = lib.ps_apply_log(self._c, records, len(records))
         if r >= 0:
             return r
@@ -380,6 +384,19 @@ class Core:
         if rc:
             self._raise(rc)
         return {name: getattr(info, name) for name in _VERIFY_FIELDS}
+
+    def preload(self, first_page_id: int, images) -> int:
+        """Install on-disk page images (consecutive ids from first_page_id, as read
+        from the page file) into free slots; returns how many were installed.
+        Never evicts: stops when page memory has no free slot. Pages already in
+        memory, beyond the page count, or failing their checksum / page-id check
+        are skipped (a later miss reads and reports them through read_page)."""
+        buf = ffi.from_buffer(images)
+        n = len(buf) // self.page_size
+        r = lib.ps_preload(self._c, first_page_id, buf, n)
+        if r < 0:
+            self._raise(r)
+        return r
 
     def page_image(self, page_id: int):
         """The page as it is in page memory (crc field 0), or None if not resident."""
@@ -480,6 +497,35 @@ def unpack_ops(data: bytes):
         off += kl + vl
 
 
+# -- WAL scanning ----------------------------------------------------------------------
+
+WAL_SCAN_CHUNK = 4 << 20
+
+
+def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_SCAN_CHUNK):
+    """The valid prefix of simple records (PUT/DELETE, txid 0) of one WAL segment.
+
+    `buf` is the segment (segment_size bytes), `base_lsn` the LSN of its byte 0,
+    `offset` where the reader would read next. Returns (count, raw, end_offset):
+    `raw` a bytearray of the `count` records with block headers removed (at most
+    `cap` bytes, the input of `Core.apply_log`), `end_offset` where the reader
+    goes on. The C scanner applies the validity rule of docs/wal-format.md and
+    stops before the first record that is invalid, not simple, or too big for
+    `cap`; the Python reader decides everything at that point.
+    """
+    src = ffi.from_buffer(buf)
+    if len(src) < segment_size:
+        raise ValueError(f"segment buffer of {len(src)} bytes, segment_size {segment_size}")
+    out = bytearray(cap)
+    out_len = ffi.new("size_t *")
+    end = ffi.new("uint64_t *")
+    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(out), cap, out_len, end)
+    if n < 0:
+        raise ValueError(f"bad WAL scan arguments (status {n})")
+    del out[out_len[0]:]
+    return n, out, end[0]
+
+
 # -- page helpers -------------------------------------------------------------------
 
 def crc32c(data, crc: int = 0) -> int:
@@ -534,5 +580,5 @@ def file_header_info(head):
 __all__ = [
     "Core", "Retry", "NativeError", "pack_ops", "unpack_ops", "seal_page", "check_page",
     "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
-    "MAX_KEY", "MAX_VALUE",
+    "MAX_KEY", "MAX_VALUE", "wal_scan",
 ]

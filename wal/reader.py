@@ -28,7 +28,10 @@ from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, CONTINUED, DELETE
                      PUT, REC_HDR, REC_HDR_LEN, ROLLBACK, TYPE_NAMES, WINDOW, crc32c,
                      decode_block_header, payload_well_formed, physical_end)
 
-__all__ = ["Record", "RecoveryReport", "ScanEnd", "WalRecoveryWarning", "committed_records", "scan"]
+__all__ = ["RUN", "Record", "RecordRun", "RecoveryReport", "ScanEnd", "WalRecoveryWarning",
+           "committed_raw", "committed_records", "scan"]
+
+RUN = 0   # the `type` of a RecordRun: not a record type of the format
 
 _rec = struct.Struct(REC_HDR)
 _q = struct.Struct("<Q")
@@ -87,6 +90,64 @@ class Record:
 
     def __repr__(self) -> str:
         return f"Record({TYPE_NAMES.get(self.type, self.type)}, lsn={self.lsn}, end_lsn={self.end_lsn})"
+
+
+class RecordRun:
+    """Consecutive valid PUT/DELETE records with txid 0, found by a bulk scanner.
+
+    `raw` is their contiguous bytes (block headers removed), `count` how many,
+    `lsn` the first one's LSN and `end_lsn` the end of the last. `scan` yields
+    these only to a consumer that sent it a scanner (see `scan`).
+    """
+
+    __slots__ = ("lsn", "end_lsn", "raw", "count")
+    type = RUN
+
+    def __init__(self, lsn: int, end_lsn: int, raw, count: int):
+        self.lsn = lsn
+        self.end_lsn = end_lsn
+        self.raw = raw
+        self.count = count
+
+    def __repr__(self) -> str:
+        return f"RecordRun({self.count} records, lsn={self.lsn}, end_lsn={self.end_lsn})"
+
+
+def committed_raw(records, scanner=None):
+    """The committed PUT/DELETE records of `records`, as raw bytes for replay.
+
+    Yields (raw, count) in log order, grouped as `committed_records` groups
+    them: a txid-0 record (or a RecordRun of them) at its place, a
+    transaction's records at its COMMIT, nothing of a transaction ended by
+    ROLLBACK or by the end of the log. When `records` is a `scan` generator
+    (or one that delegates to it, like `Wal.recover`) and `scanner` is given,
+    the scanner is sent in after every item, so the scan reads runs of simple
+    records in bulk (see `scan`).
+    """
+    it = iter(records)
+    send = getattr(it, "send", None) if scanner is not None else None
+    pending: dict[int, list] = {}
+    try:
+        rec = next(it)
+        while True:
+            rtype = rec.type
+            if rtype == RUN:
+                yield rec.raw, rec.count
+            elif rtype == PUT or rtype == DELETE:
+                txid = _q.unpack_from(rec.raw, REC_HDR_LEN)[0]
+                if txid == 0:
+                    yield rec.raw, 1
+                else:
+                    pending.setdefault(txid, []).append(rec.raw)
+            elif rtype == COMMIT:
+                ops = pending.pop(_q.unpack_from(rec.raw, REC_HDR_LEN)[0], None)
+                if ops:
+                    yield b"".join(ops), len(ops)
+            elif rtype == ROLLBACK:
+                pending.pop(_q.unpack_from(rec.raw, REC_HDR_LEN)[0], None)
+            rec = send(scanner) if send is not None else next(it)
+    except StopIteration:
+        return
 
 
 def committed_records(records):
@@ -220,7 +281,19 @@ def read_record(buf, base: int, o: int, size: int, good: set):
 
 # -- the scan --------------------------------------------------------------------
 def scan(segs, from_lsn: int, report: RecoveryReport):
-    """Yield valid records from `from_lsn`; returns a ScanEnd (use `yield from`)."""
+    """Yield valid records from `from_lsn`; returns a ScanEnd (use `yield from`).
+
+    Bulk mode: a consumer may `send` a scanner into the generator (after any
+    item; `committed_raw` does). From then on, before each record the scan
+    calls `scanner(buf, base_lsn, offset, segment_size)`, which returns
+    (count, raw, end_offset) for the valid simple records (PUT/DELETE, txid 0)
+    from `offset` on; count > 0 yields them as one RecordRun and reading goes
+    on at end_offset. At a record the scanner does not take (count 0: not
+    simple, or invalid) this reader reads it as always, so where the log stops
+    and everything reported about the stop is this reader's decision. The C
+    scanner is `pagestore._native.wal_scan`; a scanner must accept only
+    records `read_record` accepts.
+    """
     S = segs.segment_size
     by_seq: dict[int, list] = {}
     for slot in sorted(segs.slots.values(), key=lambda s: s.number):
@@ -230,6 +303,7 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
     seq = first_seq = p // S
     cur = by_seq.get(seq, [None])[0]
     chain, fail = [], None
+    bulk = None
     while True:
         if cur is not None:
             chain.append(cur)
@@ -243,13 +317,24 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
                 if o >= S or o % BLOCK < BLOCK_HDR_LEN:
                     fail = None
                     break
+                if bulk is not None:
+                    n, raw, end = bulk(buf, base, o, S)
+                    if n:
+                        report.records += n
+                        p = base + end
+                        sent = yield RecordRun(base + o, p, raw, n)
+                        if sent is not None:
+                            bulk = sent
+                        continue
                 rec = read_record(buf, base, o, S, good)
                 if type(rec) is str:
                     fail = (cur, buf, base, o, rec)
                     break
                 report.records += 1
-                yield rec
                 p = rec.end_lsn
+                sent = yield rec
+                if sent is not None:
+                    bulk = sent
         nxt = [s for s in by_seq.get(seq + 1, ()) if s.header.prev_end_lsn == p]
         if not nxt:
             break

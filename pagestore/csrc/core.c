@@ -438,6 +438,15 @@ int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out) {
     return s >= 0 ? PS_OK : PS_E_NOT_FOUND;
 }
 
+/* Bulk install of page images read sequentially from the page file (replay
+ * prefetch): one call per chunk instead of one read_page callback per miss. */
+int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n) {
+    pthread_rwlock_wrlock(&c->lock);
+    int64_t r = c->ready ? page_preload(c, first_id, pages, n) : PS_E_ARG;
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
 /* ---- checkpoint hooks (DESIGN.md §3 step 1; ignite.md §3) ---------------- */
 
 static int cmp_u64(const void *a, const void *b) {

@@ -369,3 +369,27 @@ void meta_to_page(const ps_core *c, uint8_t *p) {
     wr16(p + H_FREELO, M_END);
     wr16(p + H_FREEHI, (uint16_t)c->usable);
 }
+
+/* Install on-disk images of pages first_id.. (n images of page_size bytes)
+ * into free slots, as a miss would load them, without evicting anything:
+ * pages already resident, beyond page_count or failing their checks are
+ * skipped (a later miss reads and reports them).  Stops when no slot is
+ * free.  Returns the number installed (write lock held). */
+int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n) {
+    int64_t done = 0;
+    for (size_t i = 0; i < n && c->nfree; i++) {
+        uint64_t id = first_id + i;
+        if (id >= c->meta.page_count) break;
+        if (pt_find(c, id) >= 0) continue;
+        const uint8_t *src = pages + i * (size_t)c->page_size;
+        if (!ps_check_page(src, c->page_size, id)) continue;
+        if (pt_reserve(c, id)) return PS_E_NOMEM;
+        uint32_t s = c->free_slots[--c->nfree];
+        uint8_t *p = slot_page(c, s);
+        memcpy(p, src, c->page_size);
+        wr32(p + H_CRC, 0);
+        slot_claim(c, s, id);
+        done++;
+    }
+    return done;
+}

@@ -227,6 +227,7 @@ int pt_reserve(ps_core *c, uint64_t id);
 void pt_insert(ps_core *c, uint64_t id, uint32_t s);  /* after pt_reserve(id) */
 void pt_remove(ps_core *c, uint64_t id);
 int64_t page_load(ps_core *c, uint64_t id);
+int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n);
 /* the slot of page id, loading it on a miss if may_load (else PS_RETRY) */
 static inline int64_t page_fetch(ps_core *c, uint64_t id, int may_load) {
     int64_t s = pt_find_touch(c, id);

@@ -274,3 +274,98 @@ int wal_physical(ps_core *c) {
     }
     return 0;
 }
+
+/* ---- scanner: the valid prefix of simple records (replay's fast path) ----
+ *
+ * ps_wal_scan reads one segment buffer from offset `off` (where the Python
+ * reader would read next) and copies records while each one is valid by the
+ * validity rule of docs/wal-format.md (every block header it touches has the
+ * magic, version, crc and block_lsn of its place; 17 <= length; it fits in
+ * the segment; its lsn field equals its LSN; its crc32c matches; its payload
+ * has the shape of its type) AND is simple: a PUT or DELETE with txid 0.
+ * Block headers are removed, so `out` holds the contiguous raw records that
+ * ps_apply_log takes.  It stops before the first record that is invalid,
+ * not simple, or does not fit in `cap`, and never decides anything else:
+ * the Python reader (wal/reader.py) reads on from *end_off and remains the
+ * authority on where the log stops.  Returns the number of records copied. */
+static int scan_block_ok(const uint8_t *seg, uint64_t b, uint64_t base) {
+    const uint8_t *h = seg + b;
+    return rd32(h) == 0x4C575350u && rd16(h + 4) == 1 && rd64(h + 8) == base + b &&
+           rd32(h + 20) == ps_crc32c(0, h, 20);
+}
+
+/* the segment offset just past `len` record bytes from `off` (in a record area) */
+static uint64_t scan_phys_end(uint64_t off, uint64_t len) {
+    uint64_t room = BLK - off % BLK;
+    if (len <= room) return off + len;
+    uint64_t rest = len - room, per = BLK - BHDR;
+    uint64_t blocks = (rest + per - 1) / per;
+    return (off / BLK + blocks) * BLK + BHDR + rest - (blocks - 1) * per;
+}
+
+/* n record bytes from off into dst, checking each block header entered
+ * (*ok caches the last block found valid); 0 on a bad block header */
+static int scan_gather(const uint8_t *seg, uint64_t base, uint64_t off, uint64_t n,
+                       uint8_t *dst, uint64_t *ok) {
+    while (n) {
+        uint64_t b = off - off % BLK;
+        if (off == b) {
+            if (b != *ok) {
+                if (!scan_block_ok(seg, b, base)) return 0;
+                *ok = b;
+            }
+            off += BHDR;
+        }
+        uint64_t take = b + BLK - off;
+        if (take > n) take = n;
+        memcpy(dst, seg + off, take);
+        dst += take;
+        off += take;
+        n -= take;
+    }
+    return 1;
+}
+
+int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
+                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off) {
+    size_t used = 0;
+    int64_t n = 0;
+    uint64_t ok = UINT64_MAX;
+    *out_len = 0;
+    *end_off = off;
+    if (seg_size % BLK || seg_size < 2 * BLK) return PS_E_ARG;
+    for (;;) {
+        uint64_t o = *end_off;
+        if (o < BLK + BHDR) o = BLK + BHDR;
+        else if (o % BLK == 0) o += BHDR;
+        if (o >= seg_size || o % BLK < BHDR) break;
+        uint64_t b = o - o % BLK;
+        if (b != ok) {
+            if (!scan_block_ok(seg, b, base_lsn)) break;
+            ok = b;
+        }
+        uint8_t hdr[PS_WAL_REC_HDR];
+        if (scan_phys_end(o, PS_WAL_REC_HDR) > seg_size) break;
+        if (!scan_gather(seg, base_lsn, o, PS_WAL_REC_HDR, hdr, &ok)) break;
+        uint32_t crc = rd32(hdr), len = rd32(hdr + 4);
+        uint8_t type = hdr[16];
+        if (rd64(hdr + 8) != base_lsn + o || len < PS_WAL_REC_HDR) break;
+        if (type != PS_REC_PUT && type != PS_REC_DELETE) break;
+        uint64_t end = scan_phys_end(o, len);
+        if (end > seg_size || len > cap - used) break;
+        uint8_t *r = out + used;
+        if (!scan_gather(seg, base_lsn, o, len, r, &ok)) break;
+        if (ps_crc32c(0, r + 4, len - 4) != crc) break;
+        if (type == PS_REC_PUT) {
+            if (len < 33 || 33 + (uint64_t)rd32(r + 25) + rd32(r + 29) != len) break;
+        } else {
+            if (len < 29 || 29 + (uint64_t)rd32(r + 25) != len) break;
+        }
+        if (rd64(r + 17) != 0) break;          /* part of a transaction: not simple */
+        used += len;
+        n++;
+        *end_off = end;
+    }
+    *out_len = used;
+    return n;
+}
