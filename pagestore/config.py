@@ -28,6 +28,7 @@ class Config:
     wal_mode: str = "log_only"             # fsync | log_only | background (Ignite's default)
     wal_segment_size: int = 64 * MiB       # preallocated, reused in rotation; a record must fit in one
     wal_flush_interval: float = 0.5        # seconds between background flushes
+    wal_direct: bool = False               # O_DIRECT writes of whole 4 KiB blocks (pwrite path)
     checkpoint_interval: float = 30.0      # seconds between timed checkpoints (IEP-113 ran 30 s)
     checkpoint_threads: int = 4            # recovery-file / page writers (Ignite's default)
     checkpoint_dirty_fraction: float = 0.6  # dirty pages / page memory that starts a checkpoint
@@ -98,6 +99,8 @@ def _validate(cfg: Config) -> None:
     if seg % 4096:
         _fail("wal_segment_size", "must be a multiple of 4096")
     _number(cfg, "wal_flush_interval", 0.001, 3600)
+    if not isinstance(cfg.wal_direct, bool):
+        _fail("wal_direct", f"must be True or False, got {cfg.wal_direct!r}")
     _number(cfg, "checkpoint_interval", 0.01)
     _int(cfg, "checkpoint_threads", 1, 64)
     _number(cfg, "checkpoint_dirty_fraction", 0.05, 0.95)

@@ -116,7 +116,7 @@ class Database:
             self._core.open_existing(self._pages.page_count_on_disk())
         self._wal = _wal.Wal(fs, wal_dir, mode=cfg.wal_mode,
                              segment_size=cfg.wal_segment_size,
-                             flush_interval=cfg.wal_flush_interval,
+                             flush_interval=cfg.wal_flush_interval, direct=cfg.wal_direct,
                              end_lsn=lambda: self._signals.wal_end_lsn,
                              cipher=self._cipher, archive=cfg.wal_archive,
                              archive_size=cfg.wal_archive_size)
@@ -286,10 +286,13 @@ class Database:
     def put_many(self, items) -> None:
         """Put every (key, value) pair as one atomic batch (a bulk load)."""
         self._check_open()
-        self._apply_ops((1, k, v) for k, v in items)
+        self._apply_packed(_native.pack_puts(items, self._key, self._value))
 
     def _apply_ops(self, ops) -> None:
-        packed = _native.pack_ops((op, self._key(k), self._value(v)) for op, k, v in ops)
+        self._apply_packed(_native.pack_ops(
+            (op, self._key(k), self._value(v)) for op, k, v in ops))
+
+    def _apply_packed(self, packed: bytes) -> None:
         if not packed:
             return
         try:

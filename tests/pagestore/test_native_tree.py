@@ -247,3 +247,12 @@ def test_every_page_gap_is_zero_after_random_churn(page_size, reserve):
     assert {_native.PAGE_META, _native.PAGE_LEAF, _native.PAGE_INNER,
             _native.PAGE_OVERFLOW, _native.PAGE_FREELIST} <= seen_types
     assert sorted(scan_all(core, None, True, None, True, False, 1 << 16)) == sorted(model.items())
+
+
+def test_pack_puts_is_pack_ops_of_puts():
+    from pagestore import _native
+    pairs = [(b"k%d" % i, b"v" * i) for i in range(50)] + [(bytearray(b"x"), memoryview(b"y"))]
+    want = _native.pack_ops((1, bytes(k), bytes(v)) for k, v in pairs)
+    assert _native.pack_puts(pairs, bytes, bytes) == want
+    with pytest.raises(TypeError):
+        _native.pack_puts([("str", b"v")], lambda k: (_ for _ in ()).throw(TypeError("str")), bytes)
