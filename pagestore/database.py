@@ -266,7 +266,12 @@ class Database:
             raise ClosedError(f"store {self.path} is closed")
         if type(key) is not bytes:
             key = self._key(key)
-        v = self._core_get(key)
+        try:
+            v = self._core_get(key)
+        except _native.Retry as r:
+            # A miss with every page dirty or in the checkpoint: no slot to
+            # read into until the checkpointer cleans some.
+            v = self._retry(r, self._core_get, key)
         return default if v is None else v
 
     def delete(self, key) -> bool:
@@ -365,7 +370,10 @@ class Database:
         while True:
             if self._closed:
                 raise ClosedError(f"store {self.path} is closed")
-            items = scan_batch(lo, lo_incl, hi, hi_incl, reverse, step)
+            try:
+                items = scan_batch(lo, lo_incl, hi, hi_incl, reverse, step)
+            except _native.Retry as r:
+                items = self._retry(r, scan_batch, lo, lo_incl, hi, hi_incl, reverse, step)
             if not items:
                 return
             yield from items

@@ -200,3 +200,21 @@ def test_reopen_reuses_freed_pages(tmp_path):
         assert len(d) == 0
         d.put_many((b"%06d" % i, b"v" * 500) for i in range(4000))
     assert os.path.getsize(path / "pages.dat") <= size_after_delete * 1.1
+
+
+def test_reads_wait_for_room_when_every_page_is_dirty(tmp_path):
+    # Page memory of 64 slots, all dirty: a read that misses has nowhere to
+    # load into until a checkpoint cleans pages; it must wait, not fail.
+    path = tmp_path / "s"
+    with pagestore.open(path, memory_size=64 * 4096, wal_segment_size=1 << 20,
+                        checkpoint_interval=3600, checkpoint_buffer_size=16 * 4096) as d:
+        for c in range(0, 3000, 100):          # batches that fit in page memory
+            d.put_many((b"%06d" % i, b"v" * 200) for i in range(c, c + 100))
+    with pagestore.open(path, memory_size=64 * 4096, wal_segment_size=1 << 20,
+                        checkpoint_interval=3600, checkpoint_buffer_size=16 * 4096) as d:
+        for i in range(0, 3000, 7):               # dirty as many pages as memory holds
+            d.put(b"%06d" % i, b"w" * 200)
+        for i in range(1, 3000, 7):               # reads of pages not in memory
+            assert d.get(b"%06d" % i) == b"v" * 200
+        assert sum(1 for _ in d.scan()) == 3000
+        assert d.stats()["throttle_nomem_waits"] > 0     # the waiting path really ran
