@@ -151,9 +151,9 @@ def test_crash_states_lose_nothing_acknowledged(recovery_data):
 def test_crash_states_torture(recovery_data):
     n = 0
     for seed in range(10):
-        n += crash_states("fsync", recovery_data, ops=120, checkpoints=4, step=1, seeds=8,
+        n += crash_states("fsync", recovery_data, ops=120, checkpoints=4, step=1, seeds=10,
                           seed=100 + seed)
-        n += crash_states("log_only", recovery_data, ops=80, checkpoints=3, step=1, seeds=6,
+        n += crash_states("log_only", recovery_data, ops=80, checkpoints=3, step=1, seeds=10,
                           seed=200 + seed)
     print(f"\ncrash states checked ({recovery_data}, torture): {n}")
     assert n >= 50_000
