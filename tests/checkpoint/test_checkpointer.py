@@ -158,7 +158,7 @@ def test_previous_recovery_files_are_deleted_at_the_start_of_the_next_checkpoint
     cp = start()
     dirty(src, rng, range(20), 1)
     cp.checkpoint()
-    assert 1 in scan(fs, "/db/cp").recovery
+    assert scan(fs, "/db/cp").recovery.get(1), "checkpoint 1 left no recovery files"
     dirty(src, rng, range(5), 2)
     cp.checkpoint()
     assert sorted(scan(fs, "/db/cp").recovery) == [2]
