@@ -4,11 +4,16 @@ a page of the running checkpoint first copies it into the checkpoint buffer
 the write with PS_E_CKPT_FULL naming the page and rolls everything back;
 in-checkpoint pages are never evicted; signals and throttle_hint follow."""
 
+import os
+import sys
 import random
 
 import pytest
 
 from pagestore import _native
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from native_kit import scan  # noqa: E402
 
 PS = 4096
 
@@ -35,20 +40,6 @@ def load_tree(pages, memory=1024 * PS):
     c.wal_disable()
     c.open_existing(0)
     return c
-
-
-def scan(core, lo=None, hi=None, reverse=False):
-    """Every item in [lo, hi), paging through scan_batch like the facade."""
-    out, lo_incl, hi_incl = [], True, False
-    while True:
-        items = core.scan_batch(lo, lo_incl, hi, hi_incl, reverse, 1 << 20)
-        if not items:
-            return out
-        out += items
-        if reverse:
-            hi, hi_incl = items[-1][0], False
-        else:
-            lo, lo_incl = items[-1][0], False
 
 
 def test_ckpt_begin_returns_sorted_dirty_pages_and_clears_dirty():

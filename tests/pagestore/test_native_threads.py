@@ -3,10 +3,15 @@ deletes, gets and scans interleave under the tree lock without losing or
 tearing anything, including readers that hit page misses and retry under
 the write side."""
 
+import os
+import sys
 import random
 import threading
 
 from pagestore import _native
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from native_kit import scan  # noqa: E402
 
 PS = 4096
 
@@ -19,20 +24,6 @@ class Disk:
     def read_page(self, page_id, buf):
         with self.lock:
             buf[:] = self.pages[page_id]
-
-
-def scan(core, lo=None, hi=None, reverse=False):
-    """Every item in [lo, hi), paging through scan_batch like the facade."""
-    out, lo_incl, hi_incl = [], True, False
-    while True:
-        items = core.scan_batch(lo, lo_incl, hi, hi_incl, reverse, 1 << 20)
-        if not items:
-            return out
-        out += items
-        if reverse:
-            hi, hi_incl = items[-1][0], False
-        else:
-            lo, lo_incl = items[-1][0], False
 
 
 def test_concurrent_put_get_scan_keep_every_thread_consistent():

@@ -6,6 +6,8 @@ apply_log rebuilds the same tree; the legacy physical mode's PAGE_SNAPSHOT +
 PAGE_DELTA records rebuild every page exactly; a failed batch leaves no
 committed records and a ROLLBACK."""
 
+import os
+import sys
 import random
 import struct
 
@@ -13,6 +15,9 @@ import crc32c
 import pytest
 
 from pagestore import _native
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from native_kit import scan  # noqa: E402
 
 BLOCK, BHDR, SEG = 4096, 24, 1 << 20
 PUT, DELETE, COMMIT, CHECKPOINT, SNAP, DELTA, ROLLBACK = 1, 2, 3, 4, 5, 6, 7
@@ -127,20 +132,6 @@ def new_core(segs, **kw):
     c.format_new()
     attach(c, segs)
     return c
-
-
-def scan(core, lo=None, hi=None, reverse=False):
-    """Every item in [lo, hi), paging through scan_batch like the facade."""
-    out, lo_incl, hi_incl = [], True, False
-    while True:
-        items = core.scan_batch(lo, lo_incl, hi, hi_incl, reverse, 1 << 20)
-        if not items:
-            return out
-        out += items
-        if reverse:
-            hi, hi_incl = items[-1][0], False
-        else:
-            lo, lo_incl = items[-1][0], False
 
 
 # ---- tests ------------------------------------------------------------------------
