@@ -131,7 +131,7 @@ class Checkpointer:
         last = cp.last_complete
         self._last_lsn = read_marker(fs, self.cpdir, last, START).wal_lsn if last is not None else 0
 
-        self._progress = pool.Progress()
+        self._progress = pool.Progress(clock)
         self._totals = {"checkpoints": 0, "recovery_bytes_written": 0, "page_bytes_written": 0,
                         "recovery_pages_written": 0, "pages_written": 0, "gap_fallbacks": 0,
                         "lock_seconds_max": 0.0, "last_checkpoint": None}
@@ -139,6 +139,7 @@ class Checkpointer:
         self._history = collections.deque(maxlen=HISTORY)
         self._cond = threading.Condition()
         self._requested = self._done = 0
+        self._begun = 0             # requests covered by the checkpoint that began last
         self._reasons: list[str] = []
         self._error: BaseException | None = None
         self._stopping = False
@@ -228,7 +229,7 @@ class Checkpointer:
                     # Poll at least once a second so an injected clock that
                     # jumps forward is noticed.
                     self._cond.wait(None if left is None else min(left, 1.0))
-                covering = self._requested
+                covering = self._begun = self._requested
                 reason = ",".join(dict.fromkeys(self._reasons))
                 self._reasons.clear()
             try:
@@ -237,6 +238,7 @@ class Checkpointer:
                 with self._cond:
                     self._error = exc
                     self._progress.running = False
+                    self._progress.set_phase("idle")
                     self._cond.notify_all()
                 return
             with self._cond:
@@ -256,6 +258,7 @@ class Checkpointer:
 
         # Step 1: the source snapshots its dirty set under the checkpoint write
         # lock and logs the CHECKPOINT record; it measures the hold itself.
+        self._progress.set_phase("begin")
         snap = self.source.begin(cid)
         page_ids = sorted(snap.page_ids)   # O(n) when already sorted, as promised
         lsn = snap.wal_lsn
@@ -285,6 +288,7 @@ class Checkpointer:
         stats["recovery_delete_seconds"] = clock() - t
         t = clock()                                   # the write phase alone, as IEP-113 reports it
         if self.recovery_data == "checkpoint" and page_ids:
+            self._progress.set_phase("recovery_files")
             r = pool.write_recovery_files(self._pool, fs, self.cpdir, self.source, self.codec, cid, page_ids,
                                           workers=self.threads, chunk_pages=self.chunk_pages,
                                           page_size=self.page_size, progress=self._progress, clock=clock,
@@ -304,6 +308,7 @@ class Checkpointer:
         fs.crash_point("checkpoint.after_start_marker")
 
         # Step 5 (invariant 1: START is durable by now).
+        self._progress.set_phase("pages")
         t = clock()
         w = pool.write_pages(self._pool, fs, self.source, self.sink, page_ids, workers=self.threads,
                              chunk_pages=self.chunk_pages, page_size=self.page_size,
@@ -311,6 +316,7 @@ class Checkpointer:
         stats["page_write_seconds"] = clock() - t
         stats["priority_chunks"] = w["priority_chunks"]
         fs.crash_point("checkpoint.before_page_fsync")
+        self._progress.set_phase("page_fsync")
         t = clock()
         self.sink.sync()
         stats["page_sync_seconds"] = clock() - t
@@ -353,6 +359,7 @@ class Checkpointer:
     def _account(self, stats: dict) -> None:
         with self._progress.lock:
             self._progress.running = False
+        self._progress.set_phase("idle")
         with self._cond:
             t = self._totals
             t["checkpoints"] += 1
@@ -374,9 +381,17 @@ class Checkpointer:
             out["checkpoint_history"] = [dict(h) for h in self._history]
             return out
 
+    def pending(self) -> bool:
+        """A requested checkpoint has not begun yet (the dirty-page trigger asks only then)."""
+        return self._requested > self._begun
+
     def progress(self) -> dict:
         """checkpoint_pages, recovery_pages_written, pages_written, running: for the throttle."""
         return self._progress.snapshot()
+
+    def phase_progress(self) -> dict:
+        """`progress()` plus the phase and its timings (pool.Progress.phase_snapshot)."""
+        return self._progress.phase_snapshot()
 
     @property
     def failed(self) -> BaseException | None:

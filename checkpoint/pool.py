@@ -24,33 +24,83 @@ from __future__ import annotations
 
 import posixpath
 import threading
+import time
 from collections import deque
 
 from .format import recovery_file_name
 from .recovery_file import RecoveryFileWriter
 
-__all__ = ["Progress", "chunked", "write_recovery_files", "write_pages"]
+__all__ = ["PHASES", "Progress", "chunked", "write_recovery_files", "write_pages"]
+
+
+#: Checkpoint phases as the throttle sees them, in order (the same strings as
+#: ``throttling.signals.PHASES``).  ``recovery_fsync`` runs from the first
+#: recovery file's fsync to the durable START marker and ``page_fsync`` from the
+#: last in-place write to the end: in both nothing frees checkpoint-buffer
+#: slots, or (page_fsync) nothing needs one.
+PHASES = ("idle", "begin", "recovery_files", "recovery_fsync", "pages", "page_fsync")
 
 
 class Progress:
-    """Counters the throttle reads while a checkpoint runs (DESIGN.md §6)."""
+    """Counters the throttle reads while a checkpoint runs (DESIGN.md §6).
 
-    def __init__(self) -> None:
+    Besides page counts it keeps the current phase, when it began (on the
+    checkpointer's clock) and how long each phase took in the previous
+    checkpoint: the throttle needs to know that a checkpoint buffer which is
+    not draining will start to drain only after the recovery fsync, and for
+    how long that usually lasts.
+    """
+
+    def __init__(self, clock=time.monotonic) -> None:
         self.lock = threading.Lock()
+        self.clock = clock
         self.checkpoint_pages = 0
         self.recovery_pages_written = 0
         self.pages_written = 0
         self.running = False
+        self.phase = "idle"
+        self.phase_started = clock()
+        self.started = self.phase_started
+        self._current = [0.0] * len(PHASES)
+        self.last_phase_seconds = (0.0,) * len(PHASES)
 
     def add(self, field: str, n: int) -> None:
         with self.lock:
             setattr(self, field, getattr(self, field) + n)
+
+    def set_phase(self, phase: str, only_from: str | None = None) -> None:
+        """Enter `phase` (no-op if `only_from` is given and is not the current one)."""
+        now = self.clock()
+        with self.lock:
+            if only_from is not None and self.phase != only_from:
+                return
+            if phase == self.phase:
+                return
+            self._current[PHASES.index(self.phase)] += now - self.phase_started
+            if phase == "begin":
+                self.started = now
+                self._current = [0.0] * len(PHASES)
+            elif phase == "idle" and self.phase != "idle":
+                self.last_phase_seconds = tuple(self._current)
+            self.phase, self.phase_started = phase, now
 
     def snapshot(self) -> dict:
         with self.lock:
             return {"checkpoint_pages": self.checkpoint_pages,
                     "recovery_pages_written": self.recovery_pages_written,
                     "pages_written": self.pages_written, "running": self.running}
+
+    def phase_snapshot(self) -> dict:
+        """`snapshot()` plus the phase, its age, the checkpoint's age and the
+        previous checkpoint's phase durations (seconds, in PHASES order)."""
+        now = self.clock()
+        with self.lock:
+            return {"checkpoint_pages": self.checkpoint_pages,
+                    "recovery_pages_written": self.recovery_pages_written,
+                    "pages_written": self.pages_written, "running": self.running,
+                    "phase": self.phase, "phase_elapsed": now - self.phase_started,
+                    "checkpoint_elapsed": now - self.started,
+                    "last_phase_seconds": self.last_phase_seconds}
 
 
 def chunked(page_ids, n: int) -> list:
@@ -82,15 +132,18 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
     Returns {"files", "bytes", "fsync_seconds", "gap_fallbacks"}. Worker w
     writes `cp/<id>-RECOVERY-<w>.bin`; every worker creates its file even if
     the queue is empty by the time it starts, so the START marker's file
-    count always equals the number of files of the checkpoint.
+    count always equals the number of files of the checkpoint. A source
+    with `frame_records` (the store's C framing) frames plain records
+    without the GIL; other sources get the Python framing.
     """
     queue = deque(chunked(page_ids, chunk_pages))
     count = max(1, min(workers, len(queue)))
     abort = threading.Event()
+    framer = getattr(source, "frame_records", None)
 
     def worker(w: int) -> tuple[int, float, int]:
         path = posixpath.join(cpdir, recovery_file_name(checkpoint_id, w))
-        out = RecoveryFileWriter(fs, path, checkpoint_id, w, page_size, codec, cipher)
+        out = RecoveryFileWriter(fs, path, checkpoint_id, w, page_size, codec, cipher, framer)
         try:
             buf = bytearray(chunk_pages * page_size)
             while not abort.is_set():
@@ -104,6 +157,9 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
                 progress.add("recovery_pages_written", len(chunk))
             if abort.is_set():
                 return 0, 0.0, 0
+            if not queue:
+                # The first worker to find nothing left starts the fsync wait.
+                progress.set_phase("recovery_fsync", only_from="recovery_files")
             fs.crash_point("checkpoint.recovery_file_written")
             t = clock()
             out.sync()

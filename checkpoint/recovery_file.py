@@ -11,6 +11,7 @@ first byte that breaks the validity rule.
 from __future__ import annotations
 
 import struct
+from array import array
 
 from crc32c import crc32c
 
@@ -19,7 +20,7 @@ from .format import (_RECORD_CRC_SPAN, ENCRYPTED, FILE_HEADER_SIZE, GAP_SKIPPED,
                      RECORD_HEADER, RECORD_HEADER_SIZE, RecoveryFileCorrupt, pack_file_header,
                      record_context, record_crc, unpack_file_header)
 
-__all__ = ["RecoveryFileWriter", "read_recovery_file", "check_recovery_file_header"]
+__all__ = ["RecoveryFileWriter", "read_recovery_file", "read_recovery_batches", "check_recovery_file_header"]
 
 _READ_BLOCK = 4 << 20
 _HEAD14 = struct.Struct("<QBBI")     # the record header's first 14 bytes (RECORD_HEADER without crc)
@@ -31,21 +32,34 @@ assert _HEAD14.size == _RECORD_CRC_SPAN
 class RecoveryFileWriter:
     """Appends page records to a new recovery file.
 
-    The writer threads hold the GIL for every Python step of `append`, so the
-    per-page work is kept to a handful of C calls: records are built in place
-    in one preallocated buffer (header by `pack_into`, payload by slice
-    assignment from the chunk's memoryview, or by a codec's `*_into`), the
-    CRC runs over memoryviews, and the whole chunk leaves in one pwrite. No
-    per-page bytes object is made unless the store is encrypted.
+    Records are built in one preallocated buffer and leave in pwrites of at
+    least `FLUSH_BYTES` (the last one, by `sync`, may be shorter), so the
+    file sees large sequential writes whatever the chunk size. `offset` is
+    the logical end of the file (buffered bytes included).
+
+    Plain records (disabled / skip_garbage, no cipher) are framed by
+    `framer` when one is given: the C core's `frame_recovery_records`, one
+    GIL-free call per chunk, which is what lets the writer threads overlap.
+    Without it (or for a compressing codec or a cipher) the Python framing
+    below runs; it is the reference the C framing is tested against. The
+    Python writer threads hold the GIL for every Python step, so the
+    per-page work there is kept to a handful of C calls: headers by
+    `pack_into`, payloads by slice assignment or a codec's `*_into`, CRCs
+    over memoryviews, no per-page bytes object unless the store is encrypted.
     """
 
+    FLUSH_BYTES = 1 << 20
+
     def __init__(self, fs, path: str, checkpoint_id: int, writer: int, page_size: int, codec: PageCodec,
-                 cipher=None):
+                 cipher=None, framer=None):
         self.path, self.page_size, self.codec, self.cipher = path, page_size, codec, cipher
         self.checkpoint_id, self.writer = checkpoint_id, writer
+        self._framer = framer if cipher is None and codec.id in (DISABLED, SKIP_GARBAGE) else None
         self._file = fs.open(path, create=True, truncate=True)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
         self._file.pwrite(header, 0)
+        self._written = len(header)   # file offset of the buffer's first byte
+        self._fill = 0                # bytes waiting in the buffer
         self.offset = len(header)
         self.pages = 0
         self.gap_fallbacks = 0   # skip_garbage pages stored whole (their gap was not zero)
@@ -53,32 +67,52 @@ class RecoveryFileWriter:
         self._scratch = None     # compact page and codec output, compressing codecs only
 
     def _buffer(self, pages: int, per_page: int) -> memoryview:
-        need = pages * per_page
+        """The buffer, with room for `pages` records of up to `per_page` bytes after `_fill`."""
+        need = self._fill + pages * per_page
         if len(self._out) < need:
-            self._out = bytearray(need)
+            grown = bytearray(max(need, self.FLUSH_BYTES + pages * per_page))
+            grown[:self._fill] = memoryview(self._out)[:self._fill]
+            self._out = grown
         return memoryview(self._out)
 
     def append(self, page_ids, images) -> int:
-        """Encode and write `len(page_ids)` pages from `images`; bytes written."""
-        if self.cipher is None and self.codec.id in (DISABLED, SKIP_GARBAGE):
-            end = self._append_plain(page_ids, images)
+        """Encode `len(page_ids)` pages from `images` and queue them; bytes appended."""
+        start = self._fill
+        if self._framer is not None:
+            out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
+            n, fallbacks = self._framer(page_ids, images, self.page_size, self.codec.id == SKIP_GARBAGE,
+                                        out[start:])
+            out.release()
+            self.gap_fallbacks += fallbacks
+            end = start + n
+        elif self.cipher is None and self.codec.id in (DISABLED, SKIP_GARBAGE):
+            end = self._append_plain(page_ids, images, start)
         else:
-            end = self._append_encoded(page_ids, images)
-        self._file.pwrite(self._view[:end], self.offset)
-        self._view = None
-        self.offset += end
+            end = self._append_encoded(page_ids, images, start)
+        self._fill = end
+        self.offset += end - start
         self.pages += len(page_ids)
-        return end
+        if end >= self.FLUSH_BYTES:
+            self.flush()
+        return end - start
 
-    def _append_plain(self, page_ids, images) -> int:
-        """disabled / skip_garbage without a cipher: copies and CRCs only."""
+    def flush(self) -> None:
+        """pwrite the buffered records (not synced)."""
+        if self._fill:
+            with memoryview(self._out) as view:
+                self._file.pwrite(view[:self._fill], self._written)
+            self._written += self._fill
+            self._fill = 0
+
+    def _append_plain(self, page_ids, images, start: int) -> int:
+        """disabled / skip_garbage without a cipher: copies and CRCs only (the reference framing)."""
         ps = self.page_size
-        out = self._view = self._buffer(len(page_ids), ps + RECORD_HEADER_SIZE)
+        out = self._buffer(len(page_ids), ps + RECORD_HEADER_SIZE)
         buf = self._out
         pack_head, pack_crc, unpack_gap = _HEAD14.pack_into, _CRC.pack_into, _GAP.unpack_from
         skip = self.codec.id == SKIP_GARBAGE
         zeros, low = _ZEROS.startswith, PAGE_HEADER_SIZE
-        pos = base = 0
+        pos, base = start, 0
         for pid in page_ids:
             top = base + ps
             data = pos + RECORD_HEADER_SIZE
@@ -101,19 +135,22 @@ class RecoveryFileWriter:
             pack_crc(buf, pos + _RECORD_CRC_SPAN, crc32c(out[data:data + n], crc32c(out[pos:pos + _RECORD_CRC_SPAN])))
             pos = data + n
             base = top
+        out.release()
         return pos
 
-    def _append_encoded(self, page_ids, images) -> int:
+    def _append_encoded(self, page_ids, images, start: int) -> int:
         """A compressing codec and/or a cipher: the payload is encoded into the buffer."""
         ps, codec, cipher = self.page_size, self.codec, self.cipher
+        # room per record: a sealed payload adds the cipher's nonce and tag
+        # (28 bytes) to at most a page, well inside the format's 64 of slack
         room = ps + MAX_PAYLOAD_OVER_PAGE
-        out = self._view = self._buffer(len(page_ids), RECORD_HEADER_SIZE + room)
+        out = self._buffer(len(page_ids), RECORD_HEADER_SIZE + room)
         buf = self._out
         if self._scratch is None:
             self._scratch = (bytearray(ps), bytearray(codec.bound(ps)))
         scratch = self._scratch
         want_gap = codec.id != DISABLED
-        pos, at, base = 0, self.offset, 0
+        pos, at, base = start, self._written, 0
         for pid in page_ids:
             data = pos + RECORD_HEADER_SIZE
             cid, flags, n = codec.encode_into(images[base:base + ps], out, data, scratch)
@@ -124,21 +161,24 @@ class RecoveryFileWriter:
                 sealed = cipher.seal(out[data:data + n], record_context(self.checkpoint_id, self.writer,
                                                                         at + pos, pid, cid, flags))
                 n = len(sealed)
-                if data + n > len(buf):
-                    buf.extend(bytes(data + n - len(buf)))
-                    out = self._view = memoryview(buf)
+                if n > room:
+                    raise ValueError(f"sealed payload of {n} bytes exceeds the record limit {room}")
                 out[data:data + n] = sealed
             _HEAD14.pack_into(buf, pos, pid, cid, flags, n)
             _CRC.pack_into(buf, pos + _RECORD_CRC_SPAN,
                            crc32c(out[data:data + n], crc32c(out[pos:pos + _RECORD_CRC_SPAN])))
             pos = data + n
             base += ps
+        out.release()
         return pos
 
     def sync(self) -> None:
+        """Write what is buffered, then fsync the file."""
+        self.flush()
         self._file.fsync()
 
     def close(self) -> None:
+        """Close without writing the buffer: after a failure nothing more may reach the file."""
         self._file.close()
 
 
@@ -184,6 +224,23 @@ def check_recovery_file_header(fs, path: str, *, checkpoint_id: int, writer: int
         f.close()
 
 
+def _decode_record(path, rh, payload, at, checkpoint_id, writer, page_size, cipher):
+    """One whole record (header `rh`, `payload`) at file offset `at`: (page id, image) or raise."""
+    pid, codec, flags, length, crc = RECORD_HEADER.unpack(rh)
+    if record_crc(rh[:14], payload) != crc:
+        raise RecoveryFileCorrupt(path, f"record crc mismatch (page {pid})", at)
+    if bool(flags & ENCRYPTED) != (cipher is not None):
+        raise RecoveryFileCorrupt(path, f"page {pid}: record is {'' if flags & ENCRYPTED else 'not '}"
+                                        f"encrypted, the store is {'' if cipher else 'not '}encrypted", at)
+    if cipher is not None:
+        payload = cipher.open(payload, record_context(checkpoint_id, writer, at, pid, codec, flags), path)
+    try:
+        image = PageCodec.decode(codec, flags & ~ENCRYPTED, payload, page_size)
+    except ValueError as exc:
+        raise RecoveryFileCorrupt(path, f"page {pid}: {exc}", at) from None
+    return pid, image
+
+
 def read_recovery_file(fs, path: str, *, checkpoint_id: int, writer: int, page_size: int, cipher=None):
     """Yield (page_id, image) for every record of the file, each one verified.
 
@@ -192,7 +249,8 @@ def read_recovery_file(fs, path: str, *, checkpoint_id: int, writer: int, page_s
     mismatch or a payload that does not decode to exactly one page, or an
     encrypted record without a `cipher` (and a plain one with it). A sealed
     payload that fails authentication raises the cipher's own error, which
-    names the file too.
+    names the file too. This is the reference reader; `read_recovery_batches`
+    is the same rule in bulk.
     """
     f = fs.open(path)
     try:
@@ -206,24 +264,84 @@ def read_recovery_file(fs, path: str, *, checkpoint_id: int, writer: int, page_s
             rh = stream.take(RECORD_HEADER_SIZE)
             if rh is None:
                 raise RecoveryFileCorrupt(path, f"short record header ({size - at} bytes left)", at)
-            pid, codec, flags, length, crc = RECORD_HEADER.unpack(rh)
+            length = RECORD_HEADER.unpack(rh)[3]
             if length > limit:
                 raise RecoveryFileCorrupt(path, f"record length {length} exceeds {limit}", at)
             payload = stream.take(length)
             if payload is None:
                 raise RecoveryFileCorrupt(path, f"short record payload ({length} bytes announced, "
                                                 f"{size - at - RECORD_HEADER_SIZE} left)", at)
-            if record_crc(rh[:14], payload) != crc:
-                raise RecoveryFileCorrupt(path, f"record crc mismatch (page {pid})", at)
-            if bool(flags & ENCRYPTED) != (cipher is not None):
-                raise RecoveryFileCorrupt(path, f"page {pid}: record is {'' if flags & ENCRYPTED else 'not '}"
-                                                f"encrypted, the store is {'' if cipher else 'not '}encrypted", at)
-            if cipher is not None:
-                payload = cipher.open(payload, record_context(checkpoint_id, writer, at, pid, codec, flags), path)
-            try:
-                image = PageCodec.decode(codec, flags & ~ENCRYPTED, payload, page_size)
-            except ValueError as exc:
-                raise RecoveryFileCorrupt(path, f"page {pid}: {exc}", at) from None
-            yield pid, image
+            yield _decode_record(path, rh, payload, at, checkpoint_id, writer, page_size, cipher)
+    finally:
+        f.close()
+
+
+def read_recovery_batches(fs, path: str, *, checkpoint_id: int, writer: int, page_size: int, cipher=None,
+                          parser=None, batch_pages: int = 256):
+    """Yield (page_ids, images) batches of the file's pages: `read_recovery_file` in bulk.
+
+    Same validity rule and errors. `images` is a memoryview of
+    len(page_ids) * page_size bytes, reused by the next batch: use it before
+    asking for more. With `parser` (the C core's `parse_recovery_records`,
+    GIL-free) the plain records of a block are decoded in one call; any
+    record it does not take (compressed, encrypted, short, damaged) goes
+    through the Python decoder, which raises the reference error.
+    """
+    ps = page_size
+    limit = ps + MAX_PAYLOAD_OVER_PAGE
+    if cipher is not None:
+        parser = None                  # every record is sealed: nothing for the C path
+    images = bytearray(batch_pages * ps)
+    ids = array("Q", bytes(8 * batch_pages))
+    img_view, id_view = memoryview(images), memoryview(ids)
+    f = fs.open(path)
+    try:
+        size = f.size()
+        head = f.pread(FILE_HEADER_SIZE, 0)
+        _check_header(head if len(head) == FILE_HEADER_SIZE else f.pread(size, 0), path, checkpoint_id,
+                      writer, page_size)
+        buf = bytearray(_READ_BLOCK + RECORD_HEADER_SIZE + limit)
+        view = memoryview(buf)
+        base = FILE_HEADER_SIZE        # file offset of buf[0]
+        fill = bpos = count = 0
+        while True:
+            if parser is not None and count < batch_pages and fill - bpos >= RECORD_HEADER_SIZE:
+                n, used = parser(view[bpos:fill], ps, img_view[count * ps:], id_view[count:])
+                count += n
+                bpos += used
+            if count == batch_pages:
+                yield ids[:count], img_view[:count * ps]
+                count = 0
+                continue
+            left, at = fill - bpos, base + bpos
+            if left >= RECORD_HEADER_SIZE:
+                length = RECORD_HEADER.unpack_from(buf, bpos)[3]
+                if length > limit:
+                    raise RecoveryFileCorrupt(path, f"record length {length} exceeds {limit}", at)
+                if left >= RECORD_HEADER_SIZE + length:
+                    rh = bytes(view[bpos:bpos + RECORD_HEADER_SIZE])
+                    payload = bytes(view[bpos + RECORD_HEADER_SIZE:bpos + RECORD_HEADER_SIZE + length])
+                    pid, image = _decode_record(path, rh, payload, at, checkpoint_id, writer, ps, cipher)
+                    img_view[count * ps:(count + 1) * ps] = image
+                    ids[count] = pid
+                    count += 1
+                    bpos += RECORD_HEADER_SIZE + length
+                    continue
+            if base + fill >= size:    # the file ends inside this record
+                if left == 0:
+                    break
+                if left < RECORD_HEADER_SIZE:
+                    raise RecoveryFileCorrupt(path, f"short record header ({left} bytes left)", at)
+                raise RecoveryFileCorrupt(path, f"short record payload ({length} bytes announced, "
+                                                f"{left - RECORD_HEADER_SIZE} left)", at)
+            view[:left] = view[bpos:fill]
+            base, fill, bpos = at, left, 0
+            want = min(len(buf) - fill, size - (base + fill))
+            got = f.pread_into(view[fill:fill + want], base + fill)
+            if got <= 0:
+                raise RecoveryFileCorrupt(path, f"file shrank to {base + fill} bytes while read", base + fill)
+            fill += got
+        if count:
+            yield ids[:count], img_view[:count * ps]
     finally:
         f.close()

@@ -67,7 +67,7 @@ def inspect_store(store: str, *, archive=None, cipher=None) -> dict:
     out["recovery_files"] = [dict(recovery_file_summary(p), checkpoint_id=cid, writer=w)
                              for cid, e in cpd["checkpoints"].items() for w, p in e["recovery_files"].items()]
     out["cp_other_files"] = cpd["other_files"]
-    out["wal"] = _inspect_wal(store, cpd)
+    out["wal"] = _inspect_wal(store, cpd, cipher)
     if pf["looks_encrypted"]:
         pages["header_error"] = "page 0 is sealed (encrypted store): pass --key-file to read the meta page"
     out["options"] = {"page_size": pf["page_size"] or next((f["page_size"] for f in out["recovery_files"]
@@ -82,7 +82,7 @@ def inspect_store(store: str, *, archive=None, cipher=None) -> dict:
     return out
 
 
-def _inspect_wal(store: str, cpd: dict) -> dict:
+def _inspect_wal(store: str, cpd: dict, cipher=None) -> dict:
     slots, seg_size, sizes = wal_slots(store)
     d = os.path.join(store, "wal")
     res = {"dir": d, "segment_size": seg_size, "segment_sizes_seen": sizes, "segments": [],
@@ -92,7 +92,7 @@ def _inspect_wal(store: str, cpd: dict) -> dict:
         res["segments"] = [{"slot": s.number, "file": s.path, "bytes": s.size,
                             "state": "blank" if s.blank else "invalid header"} for s in slots]
         return res
-    view = SegmentView(slots, seg_size)
+    view = SegmentView(slots, seg_size, cipher)
     try:
         for s in slots:
             if s.header is None:
@@ -106,7 +106,7 @@ def _inspect_wal(store: str, cpd: dict) -> dict:
     complete = cp.last_complete
     start = cpd["checkpoints"][complete]["start"] if complete is not None else None
     pointer = start.wal_lsn if start is not None else 0
-    w = scan_wal(slots, seg_size, pointer)
+    w = scan_wal(slots, seg_size, pointer, cipher)
     chain = {c["seq"] for c in w["chain"]}
     for seg in res["segments"]:
         if seg["state"] == "segment":

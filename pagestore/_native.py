@@ -598,3 +598,43 @@ __all__ = [
     "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
     "MAX_KEY", "MAX_VALUE", "wal_scan",
 ]
+
+
+# -- recovery-file records (recframe.c; format in checkpoint/format.py) ------------
+
+def frame_recovery_records(page_ids, images, page_size: int, skip_garbage: bool, out) -> tuple[int, int]:
+    """Plain recovery-file records of `page_ids` (images back to back) into `out`.
+
+    Returns (bytes written, gap fallbacks). Byte-identical to the Python
+    framing of checkpoint/recovery_file.py for the disabled and skip_garbage
+    codecs without a cipher; runs without the GIL.
+    """
+    ids, n = _u64_array(page_ids)
+    src = ffi.from_buffer(images)
+    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
+    if len(src) < n * page_size:
+        raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
+    fallbacks = ffi.new("uint64_t *")
+    got = lib.ps_recframe(src, ids, n, page_size, 1 if skip_garbage else 0, dst, len(dst), fallbacks)
+    if got < 0:
+        raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (page_size + 18)}")
+    return got, fallbacks[0]
+
+
+def parse_recovery_records(buf, page_size: int, images, ids) -> tuple[int, int]:
+    """Decode the leading valid plain records of `buf` into `images` / `ids`.
+
+    `ids` is a writable uint64 buffer (array('Q')); as many records as it has
+    room for are taken. Returns (records, bytes consumed); it stops at the
+    first record that is incomplete in `buf`, compressed, encrypted or in any
+    way invalid, which the caller's Python reader then takes.
+    """
+    src = ffi.from_buffer(buf)
+    out = ffi.from_buffer("uint8_t[]", images, require_writable=True)
+    idv = ffi.from_buffer("uint64_t[]", ids, require_writable=True)
+    cap = min(len(idv), len(out) // page_size)
+    used = ffi.new("size_t *")
+    got = lib.ps_recparse(src, len(src), page_size, out, idv, cap, used)
+    if got < 0:
+        raise ValueError(f"bad page size {page_size}")
+    return got, used[0]

@@ -23,6 +23,18 @@ Sealed record (`seal`/`open`, for recovery files and the WAL), 29 bytes longer:
     13 + n   16    GCM tag
     associated data: b"pagestore/record/v1\\0" | key_id | context
 
+Sealed WAL block (`seal_block`/`open_block`; layout of the whole file in
+wal/sealed.py), 32 bytes longer, the trailer laid out as a sealed page's:
+
+    off      size  field
+    0        n     ciphertext of the n plain bytes (n = 4096)
+    n + 0    1     key_id
+    n + 1    3     u24: 0, or the block index in a tail-slot copy
+    n + 4    12    nonce (random)
+    n + 16   16    GCM tag
+    associated data: b"pagestore/walblock/v1\\0" | u64 seq | u32 block index |
+                     bytes [n, n+4) of the trailer
+
 Key option: 32 raw bytes (key id 1), or the path of a key file whose lines are
 `<id> <64 hex digits>` (id 1..255; blank lines and `#` comments allowed). The
 last line is the current key, used for every new seal; every listed key still
@@ -60,6 +72,8 @@ OPTION = "encryption_key"
 
 _PAGE_AD = b"pagestore/page/v1\0"
 _RECORD_AD = b"pagestore/record/v1\0"
+_WALBLOCK_AD = b"pagestore/walblock/v1\0"
+_SEQ_INDEX = struct.Struct("<QI")
 _ZERO_RESERVE = bytes(PAGE_RESERVE)
 _U64 = struct.Struct("<Q")
 
@@ -151,6 +165,31 @@ class Cipher:
                         pass
             raise EncryptionError(f"{first} (is this the store's key and page_size?)",
                                   path=path) from None
+
+    # -- WAL blocks ------------------------------------------------------------
+    def seal_block(self, plain, seq: int, index: int, tail: bool = False) -> bytes:
+        """ciphertext | key_id | u24 | nonce | tag of WAL block `index` of segment `seq`;
+        the u24 is `index` for a tail-slot copy (wal/sealed.py), else 0."""
+        kid = self.key_id
+        head = bytes((kid,)) + (index if tail else 0).to_bytes(3, "little")
+        nonce = os.urandom(NONCE_SIZE)
+        n = len(plain)
+        ct = self._aes[kid].encrypt(nonce, plain, _WALBLOCK_AD + _SEQ_INDEX.pack(seq, index) + head)
+        return b"".join((ct[:n], head, nonce, ct[n:]))
+
+    def open_block(self, raw, seq: int, index: int, tail: bool = False):
+        """The plain bytes of a sealed WAL block, or None if it does not authenticate for
+        (seq, index) under a key this cipher holds: the caller treats it as damage."""
+        raw = memoryview(raw)
+        n = len(raw) - PAGE_RESERVE
+        aes = self._aes.get(raw[n]) if n > 0 else None
+        if aes is None or int.from_bytes(raw[n + 1:n + 4], "little") != (index if tail else 0):
+            return None
+        try:
+            return aes.decrypt(raw[n + 4:n + 16], b"".join((raw[:n], raw[n + 16:])),
+                               _WALBLOCK_AD + _SEQ_INDEX.pack(seq, index) + raw[n:n + 4].tobytes())
+        except InvalidTag:
+            return None
 
     # -- records ---------------------------------------------------------------
     def seal(self, data, context: bytes) -> bytes:

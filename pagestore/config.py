@@ -101,6 +101,8 @@ def _validate(cfg: Config) -> None:
     _number(cfg, "wal_flush_interval", 0.001, 3600)
     if not isinstance(cfg.wal_direct, bool):
         _fail("wal_direct", f"must be True or False, got {cfg.wal_direct!r}")
+    if cfg.wal_direct and cfg.encryption_key is not None:
+        _fail("wal_direct", "O_DIRECT cannot write an encrypted WAL (sealed blocks are not 4 KiB aligned)")
     _number(cfg, "checkpoint_interval", 0.01)
     _int(cfg, "checkpoint_threads", 1, 64)
     _number(cfg, "checkpoint_dirty_fraction", 0.05, 0.95)

@@ -30,10 +30,11 @@ import recovery as _recovery
 import throttling
 import wal as _wal
 from wal import reader as _wal_reader
+from wal import sealed as _wal_sealed
 from wal import segments as _wal_segments
 
 from . import _native
-from .errors import ClosedError, ConfigError, CorruptionError, StoreLockedError, \
+from .errors import ClosedError, ConfigError, CorruptionError, EncryptionError, StoreLockedError, \
     TransactionTooLargeError
 from .config import Config, make_config
 from .pagefile import PageFile
@@ -41,6 +42,15 @@ from .transaction import Transaction
 from .throttle import Throttle
 
 _ABSENT = object()
+
+# Replay reads the whole page file into page memory first (one sequential
+# read, no per-miss callback) only once the records to replay reach this many
+# per page on disk. r random records touch about P * (1 - e^(-r/P)) of P
+# pages, and page memory's first touch (a page fault per fresh page, slow in
+# a VM) costs as much as a miss's read, so loading every page pays only when
+# most of them will be touched: at r = P, 63 %. Below that, misses load just
+# the pages replay needs.
+PRELOAD_RECORDS_PER_PAGE = 1.0
 
 
 def open(path, *, fs=None, **options) -> "Database":  # noqa: A001 - the public name
@@ -73,6 +83,9 @@ class Database:
             raise StoreLockedError(f"{path} is open in another process") from e
         try:
             self._open()
+        except _wal_sealed.NoKeyError as e:     # wal does not import pagestore's errors
+            self._teardown()
+            raise EncryptionError(str(e), e.path) from e
         except BaseException:
             self._teardown()
             raise
@@ -91,7 +104,8 @@ class Database:
             rec = _recovery.recover(
                 fs, self.path, self._pages, page_size=cfg.page_size,
                 wal_records=lambda lsn: self._physical_records(wal_dir, lsn),
-                seal_page=_native.seal_page, cipher=self._cipher)
+                seal_page=_native.seal_page, cipher=self._cipher,
+                parse_records=_native.parse_recovery_records)
         except (_recovery.RecoveryFileCorrupt, _recovery.MarkerCorrupt) as e:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
         except _recovery.RecoveryError as e:
@@ -151,7 +165,7 @@ class Database:
     def _physical_records(self, wal_dir, lsn):
         """Legacy mode: the WAL's records from `lsn`, read without cutting anything
         (the logical replay that follows does the cutting)."""
-        segs = _wal_segments.Segments(self.fs, wal_dir, self.config.wal_segment_size)
+        segs = _wal_segments.Segments(self.fs, wal_dir, self.config.wal_segment_size, cipher=self._cipher)
         try:
             segs.scan()
             yield from _wal_reader.scan(segs, lsn, _wal.RecoveryReport(lsn))
@@ -165,8 +179,8 @@ class Database:
         (`wal.reader.committed_raw`): runs of simple records come in bulk, the
         Python reader reads everything else and decides where the log stops.
         Batches of raw records go to `Core.apply_log`. Once the records to
-        replay reach a quarter of the page file's pages (most pages would
-        miss), the page file is first read sequentially in 8 MiB chunks into
+        replay reach PRELOAD_RECORDS_PER_PAGE per page on disk (most pages
+        would miss), the page file is first read sequentially in 8 MiB chunks into
         free page memory (`Core.preload`) instead of one read_page callback
         per miss; an encrypted page file is left to the misses.
         """
@@ -191,7 +205,7 @@ class Database:
 
         def flush():
             nonlocal count, pending, size, batch, preload
-            if preload and 4 * (count + pending) >= pages.page_count_on_disk():
+            if preload and count + pending >= PRELOAD_RECORDS_PER_PAGE * pages.page_count_on_disk():
                 preload = False
                 load_pages()
             count += apply(batch[0] if len(batch) == 1 else b"".join(batch))
@@ -431,6 +445,9 @@ class Database:
 
     def copy_pages(self, page_ids, out) -> None:
         self._core.ckpt_copy(page_ids, out)
+
+    # Plain recovery-file records framed in C, without the GIL (checkpoint/pool.py).
+    frame_records = staticmethod(_native.frame_recovery_records)
 
     def release(self, page_ids) -> None:
         self._core.ckpt_release(page_ids)

@@ -23,6 +23,10 @@ HINT_DIRTY_FRACTION = 0.5
 
 
 class Throttle:
+    # Longest single wait for released pages before the write is retried;
+    # the retry loop repeats it, so it bounds the polling, not the wait.
+    NOMEM_WAIT = 0.1
+
     def __init__(self, db, policy):
         self._db = db
         self.policy = policy
@@ -36,20 +40,26 @@ class Throttle:
 
     def signals(self) -> "throttling.Signals":
         s = self._db._signals
-        p = self._db._ckpt.progress()
+        p = self._db._ckpt.phase_progress()
         return throttling.Signals(
             cow_used=s.cow_used, cow_capacity=s.cow_capacity,
             dirty_pages=s.dirty_pages, total_pages=s.slots_total,
             checkpoint_running=p["running"], checkpoint_pages=p["checkpoint_pages"],
             recovery_pages_written=p["recovery_pages_written"],
             pages_written=p["pages_written"], pages_dirtied=s.pages_dirtied,
-            in_checkpoint_page=None)  # unknown per write: policies assume it is
+            in_checkpoint_page=None,  # unknown per write: policies assume it is
+            phase=p["phase"], phase_elapsed=p["phase_elapsed"],
+            checkpoint_elapsed=p["checkpoint_elapsed"],
+            last_phase_seconds=p["last_phase_seconds"])
 
     def check(self) -> None:
         """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""
         db = self._db
         s = db._signals
-        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total:
+        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total and not db._ckpt.pending():
+            # One pending request is enough: a checkpoint serves every request
+            # made before it began, and asking on every write would only
+            # contend for the checkpointer's lock.
             db._ckpt.request("dirty pages")
         park = self.policy.park_seconds(self.signals(), time.monotonic())
         if park > 0:
@@ -75,9 +85,22 @@ class Throttle:
         elif retry.code == _native.PS_E_NOMEM:
             with self._lock:
                 self.nomem_waits += 1
-            # Page memory is all dirty or in the checkpoint: only a finished
-            # checkpoint makes pages clean, hence evictable.
-            db._ckpt.checkpoint(wait=True, reason="page memory full")
+            # Page memory is all dirty or in the checkpoint. A page becomes
+            # clean, hence evictable, once the checkpoint has written it in
+            # place and released it: wait for the next released chunk, not
+            # for a whole new checkpoint (which would also wait out the one
+            # running). Without a running checkpoint, start one.
+            ckpt = db._ckpt
+            before = ckpt.progress()
+            if not before["running"] and not ckpt.pending():
+                ckpt.request("page memory full")
+            deadline = time.monotonic() + self.NOMEM_WAIT
+            while time.monotonic() < deadline:
+                if ckpt.failed is not None:
+                    ckpt.checkpoint(wait=True, reason="page memory full")  # raises the failure
+                if ckpt.progress() != before:   # a chunk released, or the checkpoint moved on
+                    break
+                time.sleep(0.0002)
         else:
             raise retry
 

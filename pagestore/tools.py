@@ -25,6 +25,7 @@ from checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEAD
 from checkpoint.markers import cp_dir, read_marker, scan as scan_cp
 from wal.format import BLOCK, BLOCK_HDR_LEN, FIRST_RECORD, SEG_HDR_LEN, TYPE_NAMES, \
     decode_segment_header
+from wal.sealed import is_sealed, open_segment, physical_size
 from wal.reader import RecoveryReport, WalRecoveryWarning, read_record, scan as scan_wal_chain
 from wal.segments import Slot
 
@@ -310,15 +311,24 @@ def wal_slots(store: str):
 class SegmentView:
     """The `Segments` surface `wal.reader.scan` reads (slots, segment_size, read_buffer), read-only."""
 
-    def __init__(self, slots, segment_size: int):
+    def __init__(self, slots, segment_size: int, cipher=None):
         self.slots = {s.number: s for s in slots}
         self.segment_size = segment_size
+        self.cipher = cipher        # opens encrypted segments (wal/sealed.py)
+        self.unopened: dict = {}    # path -> sealed blocks that did not authenticate
         self._maps = []
+
+    def expected_size(self, slot) -> int:
+        return physical_size(self.segment_size) if is_sealed(slot.header) else self.segment_size
 
     def read_buffer(self, slot):
         S = self.segment_size
         fd = os.open(slot.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
+            if is_sealed(slot.header):
+                buf, self.unopened[slot.path] = open_segment(os.pread(fd, slot.size, 0), S,
+                                                             self.cipher, slot.path)
+                return buf
             if slot.size >= S:
                 m = mmap.mmap(fd, S, access=mmap.ACCESS_READ)
                 self._maps.append(m)
@@ -365,9 +375,10 @@ def walk_segment(view: SegmentView, slot) -> dict:
     return out
 
 
-def scan_wal(slots, segment_size: int, from_lsn: int) -> dict:
-    """The recovery scan from `from_lsn`, read-only: what replay would read and where it stops."""
-    view = SegmentView(slots, segment_size)
+def scan_wal(slots, segment_size: int, from_lsn: int, cipher=None) -> dict:
+    """The recovery scan from `from_lsn`, read-only: what replay would read and where it stops.
+    Encrypted segments need `cipher`."""
+    view = SegmentView(slots, segment_size, cipher)
     report = RecoveryReport(from_lsn)
     types, first = {}, None
     try:

@@ -76,7 +76,7 @@ def verify(store: str, *, cipher=None) -> dict:
         r.data["state"] = "consistent" if complete is not None else "no checkpoint"
     restore_ids = _check_cp(r, cpd, pf, cipher)
     _check_pages(r, pf, cipher, restore_ids, interrupted)
-    _check_wal(r, store, entries, complete, interrupted)
+    _check_wal(r, store, entries, complete, interrupted, cipher)
     _check_tree(r, pf, cipher, interrupted)
     return r.data
 
@@ -213,7 +213,7 @@ def _ranges(ids) -> str:
     return ", ".join(out)
 
 
-def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted) -> None:
+def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted, cipher=None) -> None:
     slots, seg_size, sizes = wal_slots(store)
     pointer = entries[complete]["start"].wal_lsn if complete is not None and entries[complete]["start"] else 0
     if not slots:
@@ -227,7 +227,7 @@ def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted) -> 
                 if sizes else "no WAL segment has a valid header", file=posixpath.join(store, "wal"))
         r.check("wal", "fault", "WAL segments unreadable")
         return
-    w = scan_wal(slots, seg_size, pointer)
+    w = scan_wal(slots, seg_size, pointer, cipher)
     bad = 0
     for d in w["damage"]:
         bad += 1

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from checkpoint.format import END, START, Marker, RecoveryFileCorrupt, MarkerCorrupt
 from checkpoint.markers import cp_dir, read_marker, scan, write_marker
-from checkpoint.recovery_file import check_recovery_file_header, read_recovery_file
+from checkpoint.recovery_file import check_recovery_file_header, read_recovery_batches
 
 from .physical import rebuild_from_wal
 
@@ -59,7 +59,7 @@ class RecoveryResult:
 
 
 def recover(fs, dirpath: str, sink, *, page_size: int, wal_records=None, seal_page=None,
-            cipher=None, clock=time.monotonic) -> RecoveryResult:
+            cipher=None, parse_records=None, clock=time.monotonic) -> RecoveryResult:
     """Make the page files consistent with one checkpoint; say where WAL replay starts.
 
     `sink` has write_pages(page_ids, images) and sync(). `wal_records(lsn)`
@@ -68,6 +68,8 @@ def recover(fs, dirpath: str, sink, *, page_size: int, wal_records=None, seal_pa
     checkpoint. `seal_page(buf, page_id, page_size)` stamps the page CRC into
     an image rebuilt from WAL records (recovery files hold stamped images).
     `cipher` (`open(sealed, context, path)`) opens encrypted recovery records.
+    `parse_records` (the C core's `parse_recovery_records`) decodes plain
+    recovery records in bulk; without it the Python decoder does all of them.
     The caller then replays the logical WAL from `replay_from_lsn` and
     completes a checkpoint.
     """
@@ -92,7 +94,7 @@ def recover(fs, dirpath: str, sink, *, page_size: int, wal_records=None, seal_pa
 
     start = read_marker(fs, cpdir, cp.interrupted, START)
     if start.recovery_data == "checkpoint":
-        restored = _restore_from_files(fs, cp, start, sink, page_size, cipher)
+        restored = _restore_from_files(fs, cp, start, sink, page_size, cipher, parse_records)
         action = "restore"
     else:
         if wal_records is None:
@@ -112,7 +114,7 @@ def recover(fs, dirpath: str, sink, *, page_size: int, wal_records=None, seal_pa
     return RecoveryResult(start.wal_lsn, action, restored, clock() - t0, start.checkpoint_id, orphans)
 
 
-def _restore_from_files(fs, cp, start: Marker, sink, page_size: int, cipher) -> int:
+def _restore_from_files(fs, cp, start: Marker, sink, page_size: int, cipher, parse_records) -> int:
     """Write back every page of the checkpoint's recovery files, each record verified."""
     cid = start.checkpoint_id
     files = cp.recovery_paths(cid)
@@ -129,19 +131,12 @@ def _restore_from_files(fs, cp, start: Marker, sink, page_size: int, cipher) -> 
     for w, path in files.items():
         check_recovery_file_header(fs, path, checkpoint_id=cid, writer=w, page_size=page_size)
 
-    restored, ids, buf = 0, [], bytearray(_CHUNK_PAGES * page_size)
+    restored = 0
     for w, path in files.items():
-        for pid, image in read_recovery_file(fs, path, checkpoint_id=cid, writer=w, page_size=page_size,
-                                             cipher=cipher):
-            buf[len(ids) * page_size:(len(ids) + 1) * page_size] = image
-            ids.append(pid)
-            if len(ids) == _CHUNK_PAGES:
-                sink.write_pages(ids, memoryview(buf))
-                restored += len(ids)
-                ids = []
-    if ids:
-        sink.write_pages(ids, memoryview(buf)[:len(ids) * page_size])
-        restored += len(ids)
+        for ids, images in read_recovery_batches(fs, path, checkpoint_id=cid, writer=w, page_size=page_size,
+                                                 cipher=cipher, parser=parse_records):
+            sink.write_pages(ids, images)
+            restored += len(ids)
     if restored != start.pages:
         raise RecoveryFileCorrupt(pattern, f"files hold {restored} pages, START of checkpoint {cid} "
                                            f"says {start.pages}")

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional, Protocol, runtime_checkable
+from typing import Optional, Protocol, Tuple, runtime_checkable
+
+#: The checkpoint's phases, in order (the checkpointer reports the same
+#: strings).  Between ``begin`` and the end of ``recovery_fsync`` the
+#: checkpoint buffer only fills: copies are freed once their page is written
+#: in place, in ``pages``; in ``page_fsync`` every page is written, so writes
+#: need no copy.  ``idle``: no checkpoint.
+PHASES = ("idle", "begin", "recovery_files", "recovery_fsync", "pages", "page_fsync")
+#: Phases during which the checkpoint buffer cannot drain.
+FILLING_PHASES = frozenset(("begin", "recovery_files", "recovery_fsync"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +35,15 @@ class Signals:
     ``None`` means the caller does not know, and policies then assume it may.
     ``writer`` optionally identifies the calling writer; when it is ``None``
     policies that count writers use the calling thread's id.
+
+    ``phase`` is the checkpoint's phase (one of :data:`PHASES`; ``None`` when
+    the caller does not know it), ``phase_elapsed`` and ``checkpoint_elapsed``
+    the seconds since the phase and the checkpoint began, and
+    ``last_phase_seconds`` how long each phase of :data:`PHASES` took in the
+    previous checkpoint (empty before the first one ended).  ``dirty_limit``
+    is the count of dirty pages at which the store blocks writers until the
+    next checkpoint begins; 0 means it has no such limit (a store that only
+    starts a checkpoint early and evicts as it can).
     """
 
     cow_used: int = 0
@@ -39,6 +57,16 @@ class Signals:
     pages_dirtied: int = 0
     in_checkpoint_page: Optional[bool] = None
     writer: Optional[int] = None
+    phase: Optional[str] = None
+    phase_elapsed: float = 0.0
+    checkpoint_elapsed: float = 0.0
+    last_phase_seconds: Tuple[float, ...] = ()
+    dirty_limit: int = 0
+
+    def last_seconds(self, phase: str) -> float:
+        """How long ``phase`` took in the previous checkpoint; 0 if unknown."""
+        i = PHASES.index(phase)
+        return self.last_phase_seconds[i] if i < len(self.last_phase_seconds) else 0.0
 
     @property
     def fill(self) -> float:

@@ -47,10 +47,13 @@ import random
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional
 
-from .signals import FakeClock, Signals
+from .signals import PHASES, FakeClock, Signals
 
 IDLE, RECOVERY, RECOVERY_FSYNC, WRITE, WRITE_FSYNC = (
     "idle", "recovery", "recovery_fsync", "write", "write_fsync")
+#: The model's phases as the store reports them (``Signals.phase``).
+SIGNAL_PHASE = {IDLE: "idle", RECOVERY: "recovery_files", RECOVERY_FSYNC: "recovery_fsync",
+                WRITE: "pages", WRITE_FSYNC: "page_fsync"}
 
 
 @dataclass(frozen=True)
@@ -109,12 +112,22 @@ class _Checkpointer:
         self.completed = 0
         self.timeline: List[float] = [0.0]
         self.phases: List[str] = [IDLE]
+        self.started = 0.0
+        self._durations = [0.0] * len(PHASES)
+        self.last_durations: tuple = ()
 
     @property
     def running(self) -> bool:
         return self.phase != IDLE
 
     def _enter(self, phase: str, t: float, end: float) -> None:
+        if self.phase != IDLE:
+            self._durations[PHASES.index(SIGNAL_PHASE[self.phase])] = t - self.phase_start
+        if phase == IDLE:
+            self.last_durations = tuple(self._durations)
+        elif self.phase == IDLE:
+            self.started = t
+            self._durations = [0.0] * len(PHASES)
         self.phase, self.phase_start, self.phase_end = phase, t, end
         self.timeline.append(t)
         self.phases.append(phase)
@@ -240,9 +253,12 @@ def simulate(policy_name: str, scenario: Scenario, policy=None) -> dict:
             dirtied += 1
         end = t + sc.op_cost
         clock.set(max(clock.now(), end))
-        sig = Signals(cp.cow_used, sc.cow_capacity, cp.dirty, sc.total_pages, running,
-                      cp.total if running else 0, cp.recovery_written, cp.written,
-                      dirtied, kind in ("cow", "cphit"), w)
+        sig = Signals(cp.cow_used, sc.cow_capacity, cp.dirty, sc.total_pages, cp.running,
+                      cp.total if cp.running else 0, cp.recovery_written, cp.written,
+                      dirtied, kind in ("cow", "cphit"), w,
+                      phase=SIGNAL_PHASE[cp.phase], phase_elapsed=end - cp.phase_start,
+                      checkpoint_elapsed=end - cp.started if cp.running else 0.0,
+                      last_phase_seconds=cp.last_durations, dirty_limit=limit)
         park = max(0.0, float(policy.park_seconds(sig, end)))
         if park > 0:
             if cp.phase in (RECOVERY, RECOVERY_FSYNC):

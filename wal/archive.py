@@ -15,6 +15,11 @@ docs/wal-archive.md has the whole picture.
 compacted files (and, optionally, a store's live WAL directory after them),
 stopping at the first gap. Recovery of the store never reads the archive;
 `rebuild` uses it to bring an older copy of a store up to date.
+
+Encryption: a copy is the slot file's bytes, so an encrypted store's archived
+segments stay sealed (wal/sealed.py); the compactor and the readers here
+decrypt with the store's cipher, and compacted files of an encrypted store
+have sealed chunks (wal/compact.py).
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ _RANK = {"wal": 0, "slot": 1, "walc": 2}   # which copy of a segment a reader pr
 
 class Archive:
     def __init__(self, fs, dirpath: str, max_bytes: int, *, compact_after: int = 4,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET):
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET, cipher=None):
         self.fs = fs
+        self.cipher = cipher
         self.dir = dirpath
         self.max_bytes = max_bytes
         self.compact_after = compact_after      # 0: never compact in the background
@@ -90,7 +96,8 @@ class Archive:
 
     def _compact(self) -> None:
         try:
-            st = compact(self.dir, self.memory_budget, fs=self.fs, max_bytes=self.max_bytes)
+            st = compact(self.dir, self.memory_budget, fs=self.fs, max_bytes=self.max_bytes,
+                         cipher=self.cipher)
         except BaseException as exc:  # kept for the owner; the next add tries again
             self.compact_error = exc
             return
@@ -102,7 +109,8 @@ class Archive:
     def compact_now(self) -> dict:
         """Wait for a background round, then compact synchronously; returns the figures."""
         self.join()
-        st = compact(self.dir, self.memory_budget, fs=self.fs, max_bytes=self.max_bytes)
+        st = compact(self.dir, self.memory_budget, fs=self.fs, max_bytes=self.max_bytes,
+                     cipher=self.cipher)
         self.compactions += st["rounds"]
         return st
 
@@ -124,7 +132,7 @@ class _Piece:
         self.prev_end, self.segment_size = prev_end, segment_size
 
 
-def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict) -> list:
+def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict, cipher=None) -> list:
     """Every readable piece (archive plain/compacted files, live slots), headers cached by path and size."""
     found = [(f, l, k, p) for f, l, k, p in list_archive(fs, archive_dir)]
     if wal_dir is not None and fs.exists(wal_dir):
@@ -134,7 +142,7 @@ def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict) -> list:
         try:
             key = (path, fs.size(path))
             if key not in cache:
-                cache[key] = _header(fs, path, kind, first, last)
+                cache[key] = _header(fs, path, kind, first, last, cipher)
         except FileNotFoundError:
             continue
         if cache[key] is not None:
@@ -143,10 +151,10 @@ def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict) -> list:
     return out
 
 
-def _header(fs, path, kind, first, last):
+def _header(fs, path, kind, first, last, cipher=None):
     if kind == "walc":
         try:
-            cf = CompactedFile(read_file(fs, path), first)
+            cf = CompactedFile(read_file(fs, path), first, cipher, path)
         except ValueError:
             return None
         return _Piece(cf.first_seq, cf.last_seq, kind, path, cf.prev_end_lsn, cf.segment_size)
@@ -173,7 +181,7 @@ def _choose(pieces, p: int, last_seq):
 
 
 def iter_archive(fs, archive_dir: str, from_lsn: int, *, wal_dir: str | None = None, report: dict | None = None,
-                 types=KEPT):
+                 types=KEPT, cipher=None):
     """Yield the logical records (wal.reader.Record) from `from_lsn` on, in LSN order.
 
     Reads plain and compacted archived segments (a plain copy is preferred
@@ -184,13 +192,14 @@ def iter_archive(fs, archive_dir: str, from_lsn: int, *, wal_dir: str | None = N
     `report` (a dict) receives `from_lsn`, `end_lsn`, `records`, `pieces`,
     and `stop`: "end" (nothing later), "gap" (later pieces do not chain),
     "damage" (a piece is unreadable; `damage` names it), or "missing" (the
-    archive does not reach back to `from_lsn`).
+    archive does not reach back to `from_lsn`). `cipher` reads an encrypted
+    store's files.
     """
     report = {} if report is None else report
     report.update(from_lsn=from_lsn, end_lsn=from_lsn, records=0, pieces=0, stop="end", damage=None)
     p, last_seq, cache, retries = from_lsn, None, {}, 0
     while True:
-        pieces = _pieces(fs, archive_dir, wal_dir, cache)
+        pieces = _pieces(fs, archive_dir, wal_dir, cache, cipher)
         if not pieces:
             return
         pc = _choose(pieces, p, last_seq)
@@ -211,13 +220,13 @@ def iter_archive(fs, archive_dir: str, from_lsn: int, *, wal_dir: str | None = N
         start, end = p, None
         if pc.kind == "walc":
             try:
-                cf = CompactedFile(buf, pc.first)
+                cf = CompactedFile(buf, pc.first, cipher, pc.path)
             except ValueError as exc:      # rewritten since its header was read: damage now
                 report.update(stop="damage", damage={"file": pc.path, "reason": str(exc)})
                 return
             recs = cf.records()
         else:
-            _h, recs = segment_records(buf)
+            _h, recs = segment_records(buf, cipher, pc.path)
         for rec in recs:
             if rec.lsn < start:
                 continue
@@ -237,7 +246,7 @@ def iter_archive(fs, archive_dir: str, from_lsn: int, *, wal_dir: str | None = N
         report["end_lsn"] = p
 
 
-def wal_end(fs, wal_dir: str) -> int:
+def wal_end(fs, wal_dir: str, cipher=None) -> int:
     """The end LSN of the log in a store's WAL directory (its newest segment), 0 if it has none.
 
     Meant for a copy of a closed store: its newest segment holds the end of
@@ -252,7 +261,8 @@ def wal_end(fs, wal_dir: str) -> int:
                     best = (h.seq, name)
     if best is None:
         return 0
-    h, recs = segment_records(read_file(fs, posixpath.join(wal_dir, best[1])))
+    path = posixpath.join(wal_dir, best[1])
+    h, recs = segment_records(read_file(fs, path), cipher, path)
     end = h.prev_end_lsn
     for rec in recs:
         end = rec.end_lsn
@@ -261,7 +271,7 @@ def wal_end(fs, wal_dir: str) -> int:
 
 # -- rebuild ------------------------------------------------------------------------
 def rebuild(backup_dir: str, archive_dir: str, *, open_store, fs=None, wal_dir: str | None = None,
-            **options) -> dict:
+            cipher=None, **options) -> dict:
     """Bring a copy of a store up to date from the archive (and optionally a newer WAL directory).
 
     `open_store` is `pagestore.open` (passed in: `wal` does not import
@@ -271,14 +281,17 @@ def rebuild(backup_dir: str, archive_dir: str, *, open_store, fs=None, wal_dir: 
     live WAL chained after the archive) is applied through the store's API
     in log order: single operations as put/delete, each transaction as one
     transaction. Returns figures including `from_lsn`, `end_lsn`, `stop`.
+    An encrypted store's files are read with `cipher` (a
+    pagestore.cipher.Cipher made from the same `encryption_key`).
     """
     fs = fs or PosixFS()
-    start = wal_end(fs, posixpath.join(backup_dir, "wal"))
+    start = wal_end(fs, posixpath.join(backup_dir, "wal"), cipher)
     report: dict = {}
     db = open_store(backup_dir, fs=fs, **options)
     applied = units = 0
     try:
-        for unit in committed_records(iter_archive(fs, archive_dir, start, wal_dir=wal_dir, report=report)):
+        for unit in committed_records(iter_archive(fs, archive_dir, start, wal_dir=wal_dir, report=report,
+                                                             cipher=cipher)):
             ops = [r for r in unit if r.type in (PUT, DELETE)]
             if not ops:
                 continue

@@ -12,13 +12,16 @@ streamed chunk by chunk, so a round never holds more than the budget.
 Compacted file, version 1 (integers little-endian)
   header, 80 bytes at offset 0
      0  8  magic b"PSWALCMP"         10  1  codec = 1 (zstd)   12  4  chunks n
-     8  2  version = 1              11  1  reserved = 0
+     8  2  version = 1              11  1  flags: 1 = chunks sealed
     16  8  first_seq     24  8  last_seq: the file stands for segments first..last
     32  8  segment_size  40  8  prev_end_lsn: the header field of segment first_seq
     48  8  end_lsn: end of the last valid record of last_seq (dropped ones too)
     56  8  table_offset  64  8  source_bytes (size of the source files)
     72  4  record count  76  4  crc32c of bytes 0..76
-  chunks: chunk i = zstd(whole records, concatenated as Record.raw)
+  chunks: chunk i = zstd(whole records, concatenated as Record.raw); with flag 1
+          (an encrypted store) the zstd bytes are a sealed record of
+          pagestore/cipher.py, context b"walc\\0" | u64 first_seq | u32 i
+          (compressed length and crc below count the sealed bytes)
   offset table at table_offset, n entries of 32 bytes, then crc32c of the table (4)
      0  8  chunk offset in the file      16  8  lsn of the chunk's first record
      8  4  compressed length             24  4  records in the chunk
@@ -33,7 +36,9 @@ valid by the WAL record rule (crc32c, length, known type with a well-formed
 payload) and of a kept type, the first at the table's lsn, lsns increasing,
 all within [prev_end_lsn, end_lsn). A reader yields chunks in order and stops
 at the first invalid one; the file chains to what follows only when all of it
-was read. `.walc.tmp` files are never read.
+was read. `.walc.tmp` files are never read. A sealed chunk whose crc
+matches but which does not authenticate raises the cipher's EncryptionError
+(wrong key); without a key, a sealed file raises NoKeyError.
 
 Crash safety. Each round writes `seg-<first>.walc.tmp`, fsyncs it, renames it
 to `.walc`, fsyncs the directory, then removes the source segments and fsyncs
@@ -60,6 +65,7 @@ from diskio import PosixFS
 from .format import BLOCK, BLOCK_HDR_LEN, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
     ROLLBACK, crc32c, decode_segment_header, payload_well_formed, physical_end
 from .reader import Record, read_record
+from .sealed import NoKeyError, is_sealed, logical_segment
 
 __all__ = ["CompactedFile", "DEFAULT_MEMORY_BUDGET", "KEPT", "PLAIN_NAME", "COMPACT_NAME", "bound_archive",
            "compact", "dir_lock", "finish_interrupted", "list_archive", "read_file", "segment_records"]
@@ -68,6 +74,7 @@ KEPT = frozenset((PUT, DELETE, COMMIT, ROLLBACK))
 DEFAULT_MEMORY_BUDGET = 64 << 20
 CHUNK = 256 << 10
 MAGIC, VERSION, ZSTD = b"PSWALCMP", 1, 1
+SEALED_CHUNKS = 1
 PLAIN_NAME = re.compile(r"^seg-(\d{16})\.wal$")
 COMPACT_NAME = re.compile(r"^seg-(\d{16})\.walc$")
 _hdr = struct.Struct("<8sHBBIQQQQQQQII")
@@ -101,8 +108,11 @@ def read_file(fs, path: str, n: int | None = None) -> bytes:
 
 
 # -- plain segments ------------------------------------------------------------
-def segment_records(buf):
+def segment_records(buf, cipher=None, path=None):
     """(header, generator of the valid records of a plain segment), header None if invalid.
+
+    `buf` is the segment file's bytes; a sealed one is decrypted first
+    (wal/sealed.py), which needs `cipher`.
 
     Records are read from the segment's first record to the first invalid one
     (the rule of wal/reader.py, without the lookahead: a segment that follows
@@ -111,6 +121,8 @@ def segment_records(buf):
     h = decode_segment_header(buf)
     if h is None or h.segment_size % BLOCK or h.segment_size < FIRST_RECORD:
         return None, iter(())
+    if is_sealed(h):
+        buf = logical_segment(buf, cipher, path, h)
     size = min(h.segment_size, len(buf) - len(buf) % BLOCK)
     base = h.seq * h.segment_size
 
@@ -137,11 +149,12 @@ def segment_records(buf):
 class CompactedFile:
     """A decoded compacted file; `records()` yields its valid records, `damage` says why it stopped."""
 
-    def __init__(self, buf, seq_from_name: int | None = None):
+    def __init__(self, buf, seq_from_name: int | None = None, cipher=None, path=None):
         self.buf, self.damage, self.complete = buf, None, False
+        self.cipher, self.path = cipher, path
         if len(buf) < HDR_LEN:
             raise ValueError("shorter than a header")
-        (magic, version, codec, _r, n, self.first_seq, self.last_seq, self.segment_size, self.prev_end_lsn,
+        (magic, version, codec, self.flags, n, self.first_seq, self.last_seq, self.segment_size, self.prev_end_lsn,
          self.end_lsn, table_off, self.source_bytes, self.count, crc) = _hdr.unpack_from(buf, 0)
         if magic != MAGIC or version != VERSION or codec != ZSTD or crc32c(bytes(buf[:76])) != crc:
             raise ValueError("bad header")
@@ -149,6 +162,9 @@ class CompactedFile:
             raise ValueError("first_seq differs from the file name")
         if self.last_seq < self.first_seq or not self.segment_size:
             raise ValueError("bad segment range")
+        if self.flags & SEALED_CHUNKS and cipher is None:
+            raise NoKeyError(f"{path}: compacted WAL file is encrypted and no encryption_key "
+                             "was given", path=path)
         end = table_off + n * 32
         if len(buf) != end + 4 or struct.unpack_from("<I", buf, end)[0] != crc32c(bytes(buf[table_off:end])):
             raise ValueError("bad offset table")
@@ -169,6 +185,8 @@ class CompactedFile:
             if crc32c(data) != crc:
                 self.damage = f"chunk {i}: crc mismatch"
                 return
+            if self.flags & SEALED_CHUNKS:
+                data = self.cipher.open(data, _chunk_context(self.first_seq, i), self.path)
             try:
                 raw = bytes(cramjam.zstd.decompress(data, output_len=rlen))
             except Exception:  # noqa: BLE001 - any codec failure is damage
@@ -200,11 +218,16 @@ class CompactedFile:
         self.complete = True
 
 
+def _chunk_context(first_seq: int, index: int) -> bytes:
+    return b"walc\0" + struct.pack("<QI", first_seq, index)
+
+
 class _Writer:
     """Streams records into `<path>.tmp` as compressed chunks; `finish` adds table and header."""
 
-    def __init__(self, fs, path: str, level: int, chunk: int):
+    def __init__(self, fs, path: str, level: int, chunk: int, cipher=None, first_seq: int = 0):
         self.fs, self.path, self.level, self.chunk = fs, path, level, chunk
+        self.cipher, self.first_seq = cipher, first_seq
         self.f = fs.open(path + ".tmp", create=True, truncate=True)
         self.at, self.table, self.pending, self.size, self.count = HDR_LEN, [], [], 0, 0
 
@@ -217,6 +240,8 @@ class _Writer:
     def _flush(self) -> None:
         raw = b"".join(r.raw for r in self.pending)
         data = bytes(cramjam.zstd.compress(raw, level=self.level))
+        if self.cipher is not None:
+            data = self.cipher.seal(data, _chunk_context(self.first_seq, len(self.table)))
         self.f.pwrite(data, self.at)
         self.table.append((self.at, len(data), len(raw), self.pending[0].lsn, len(self.pending), crc32c(data)))
         self.at += len(data)
@@ -228,7 +253,8 @@ class _Writer:
             self._flush()
         table = b"".join(_ent.pack(*e) for e in self.table)
         self.f.pwrite(table + struct.pack("<I", crc32c(table)), self.at)
-        head = _hdr.pack(MAGIC, VERSION, ZSTD, 0, len(self.table), first_seq, last_seq, S, prev_end, end,
+        flags = SEALED_CHUNKS if self.cipher is not None else 0
+        head = _hdr.pack(MAGIC, VERSION, ZSTD, flags, len(self.table), first_seq, last_seq, S, prev_end, end,
                          self.at, source_bytes, self.count, 0)[:76]
         self.f.pwrite(head + struct.pack("<I", crc32c(head)), 0)
         self.f.fsync()
@@ -260,10 +286,10 @@ def list_archive(fs, archive_dir: str):
     return out
 
 
-def _complete(fs, path: str, first: int) -> bool:
+def _complete(fs, path: str, first: int, cipher=None) -> bool:
     """True if the compacted file is valid from end to end."""
     try:
-        cf = CompactedFile(read_file(fs, path), first)
+        cf = CompactedFile(read_file(fs, path), first, cipher, path)
     except (ValueError, FileNotFoundError):
         return False
     for _ in cf.records():
@@ -271,13 +297,13 @@ def _complete(fs, path: str, first: int) -> bool:
     return cf.complete
 
 
-def finish_interrupted(fs, archive_dir: str) -> int:
+def finish_interrupted(fs, archive_dir: str, cipher=None) -> int:
     """Complete what a crash interrupted: drop temp files and covered sources. Returns removals."""
     doomed = [posixpath.join(archive_dir, n) for n in fs.listdir(archive_dir) if n.endswith(".walc.tmp")]
     pieces = list_archive(fs, archive_dir)
     for first, last, kind, path in pieces:
         covered = [p for s, _l, k, p in pieces if k == "wal" and first <= s <= last]
-        if kind == "walc" and covered and _complete(fs, path, first):
+        if kind == "walc" and covered and _complete(fs, path, first, cipher):
             doomed += covered
     for path in doomed:
         fs.remove(path)
@@ -305,7 +331,7 @@ def bound_archive(fs, archive_dir: str, max_bytes: int) -> int:
 
 # -- compaction ----------------------------------------------------------------------
 def compact(archive_dir: str, memory_budget: int = DEFAULT_MEMORY_BUDGET, *, fs=None,
-            max_bytes: int | None = None, level: int = 3, chunk_size: int = CHUNK) -> dict:
+            max_bytes: int | None = None, level: int = 3, chunk_size: int = CHUNK, cipher=None) -> dict:
     """Compact every plain segment of `archive_dir` in memory-bounded rounds; returns figures.
 
     One compaction runs at a time per directory in a process (a second call
@@ -313,22 +339,23 @@ def compact(archive_dir: str, memory_budget: int = DEFAULT_MEMORY_BUDGET, *, fs=
     listing and while a round's file is published and its sources removed;
     `max_bytes` applies the archive bound after each round. Figures: rounds,
     segments, records_in, records_kept, bytes_in, bytes_out, peak_held (the
-    most record bytes a round held), aborted, files.
+    most record bytes a round held), aborted, files. With `cipher` (the
+    store's), sealed segments are read and the output chunks are sealed.
     """
     if memory_budget < 1:
         raise ValueError("memory_budget must be >= 1")
     fs = fs or PosixFS()
     lock, run = _locks(archive_dir)
     with run:
-        return _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size)
+        return _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size, cipher)
 
 
-def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size) -> dict:
+def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size, cipher) -> dict:
     chunk_size = max(1, min(chunk_size, memory_budget))
     st = {"rounds": 0, "segments": 0, "records_in": 0, "records_kept": 0, "bytes_in": 0, "bytes_out": 0,
           "peak_held": 0, "aborted": 0, "files": []}
     with lock:
-        finish_interrupted(fs, archive_dir)
+        finish_interrupted(fs, archive_dir, cipher)
         plain = [(s, p) for s, _l, k, p in list_archive(fs, archive_dir) if k == "wal"]
     rnd: dict = {}
     held: list = []
@@ -338,7 +365,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size)
         if not rnd:
             return
         path = posixpath.join(archive_dir, f"seg-{rnd['first']:016d}.walc")
-        w = _Writer(fs, path, level, chunk_size)
+        w = _Writer(fs, path, level, chunk_size, cipher, rnd["first"])
         try:
             for rec in held if records is None else records:
                 w.add(rec)
@@ -368,10 +395,11 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size)
 
     for seq, path in plain:
         try:
-            buf = read_file(fs, path)
+            raw = read_file(fs, path)
         except FileNotFoundError:
             flush()
             continue
+        buf = logical_segment(raw, cipher, path)          # decrypted once, read twice
         h, recs = segment_records(buf)
         if h is None or h.seq != seq:                              # left in place, not compacted
             flush()
@@ -387,7 +415,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size)
             flush()
         if not rnd:
             rnd.update(first=seq, prev=h.prev_end_lsn, S=h.segment_size, paths=[], bytes=0, held=0)
-        rnd.update(last=seq, end=end, held=rnd["held"] + size, bytes=rnd["bytes"] + len(buf))
+        rnd.update(last=seq, end=end, held=rnd["held"] + size, bytes=rnd["bytes"] + len(raw))
         rnd["paths"].append(path)
         st["records_in"] += n_all
         kept = (r for r in segment_records(buf)[1] if r.type in KEPT)

@@ -16,7 +16,9 @@ Logical addresses
 Segment header (offset 0 of block 0; the rest of block 0 is zero)
    0  8  magic b"PSWALSEG"
    8  2  format version = 1
-  10  2  reserved = 0
+  10  2  flags: 0 = plaintext file; 1 = SEALED, the file is encrypted and laid
+         out as wal/sealed.py says (logical bytes here are always 0: the
+         writer and readers see the plaintext segment)
   12  4  block size = 4096
   16  8  segment_size
   24  8  seq
@@ -110,12 +112,13 @@ _range = struct.Struct("<HH")
 class SegmentHeader:
     """A decoded, valid segment header."""
 
-    __slots__ = ("segment_size", "seq", "prev_end_lsn")
+    __slots__ = ("segment_size", "seq", "prev_end_lsn", "flags")
 
-    def __init__(self, segment_size: int, seq: int, prev_end_lsn: int):
+    def __init__(self, segment_size: int, seq: int, prev_end_lsn: int, flags: int = 0):
         self.segment_size = segment_size
         self.seq = seq
         self.prev_end_lsn = prev_end_lsn
+        self.flags = flags
 
     def __repr__(self) -> str:
         return f"SegmentHeader(seq={self.seq}, prev_end_lsn={self.prev_end_lsn}, segment_size={self.segment_size})"
@@ -131,12 +134,12 @@ def decode_segment_header(buf, offset: int = 0) -> SegmentHeader | None:
     """The header at `offset` of `buf`, or None unless magic, version, block size and crc check."""
     if len(buf) - offset < SEG_HDR_LEN:
         return None
-    magic, version, _r, block, size, seq, prev, crc = _seg.unpack_from(buf, offset)
+    magic, version, flags, block, size, seq, prev, crc = _seg.unpack_from(buf, offset)
     if magic != SEG_MAGIC or version != VERSION or block != BLOCK:
         return None
     if crc32c(bytes(buf[offset:offset + 40])) != crc:
         return None
-    return SegmentHeader(size, seq, prev)
+    return SegmentHeader(size, seq, prev, flags)
 
 
 def encode_block_header(first_record: int, block_lsn: int) -> bytes:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from _thread import allocate_lock as _allocate_lock
+from time import monotonic as _monotonic
 
 from diskio import PosixFS
 
@@ -43,7 +44,8 @@ __all__ = ["Wal", "MODES", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE"]
 MODES = ("log_only", "fsync", "background")
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_FLUSH_INTERVAL = 0.5   # seconds; background mode may lose at most about this much
-DEFAULT_MAX_SYNCS = 2          # group-commit leaders allowed to fdatasync at once
+DEFAULT_MAX_SYNCS = 1          # group-commit leaders allowed to fdatasync at once
+_MAX_LINGER = 0.002            # seconds a leader may wait for its siblings (see Wal._flush)
 
 
 class Wal:
@@ -57,7 +59,9 @@ class Wal:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if write_path is None:
-            write_path = "pwrite" if mode == "fsync" or direct else "mmap"
+            # Sealing happens when bytes are published, so an encrypted WAL
+            # needs the pwrite path (a shared mapping would put plaintext in the file).
+            write_path = "pwrite" if mode == "fsync" or direct or cipher is not None else "mmap"
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
         if direct and write_path != "pwrite":
@@ -75,13 +79,11 @@ class Wal:
         self.write_path = write_path
         self.direct = direct
         self._end_lsn = end_lsn
-        # The C core writes records in plaintext into the mapped segment, so
-        # the WAL is not encrypted (docs/encryption.md); `cipher` is accepted
-        # for the day sealing is wired in and reported by stats().
-        self.cipher = cipher
-        self._archive = Archive(fs, archive, archive_size) if archive else None
-        self._segs = Segments(fs, dirpath, segment_size, self._archive,
-                              write_path=write_path, direct=direct)
+        self.cipher = cipher       # blocks are sealed at publish (wal/sealed.py)
+        self._segs = Segments(fs, dirpath, segment_size, None,
+                              write_path=write_path, direct=direct, cipher=cipher)
+        self._archive = Archive(fs, archive, archive_size, cipher=cipher) if archive else None
+        self._segs.archive = self._archive
         self._pwrite = write_path == "pwrite"
         self._publish_needed = self._pwrite or not isinstance(fs, PosixFS)
         self._released = 0         # pwrite path: segments below this seq have no buffer
@@ -100,6 +102,10 @@ class Wal:
         self.flusher_error: BaseException | None = None
         self.recovery_report: RecoveryReport | None = None
         self._fsyncs = self._rounds = self._grouped = self._group_max = self._round_size = 0
+        self._in_flight = 0        # threads released by the last round, not yet back (see _flush)
+        self._linger_gate = None   # held by a lingering leader, released by the last one back
+        self._sync_mean = 0.0      # moving mean of a sync round's duration, seconds
+        self._lingered = 0.0
         if mode == "fsync":
             self.commit = self._commit_fsync
         elif self._publish_needed:
@@ -208,7 +214,7 @@ class Wal:
     def _commit_fsync(self, lsn: int) -> None:
         """fsync: return once `lsn` is durable; concurrent callers share fsyncs."""
         if lsn > self._durable:
-            self._flush(lsn)
+            self._flush(lsn, linger=True)
         else:
             self._grouped += 1  # covered by a round it did not wait for (unlocked: a statistic)
 
@@ -217,36 +223,71 @@ class Wal:
         self._flush(self._end_lsn() if lsn is None else lsn)
         return self._durable
 
-    def _flush(self, lsn: int) -> None:
+    def _flush(self, lsn: int, linger: bool = False) -> None:
         """Group commit: lead a sync round or wait for one that covers `lsn`.
 
         Each waiter blocks on its own lock; a finishing leader releases the
         waiters its round covered and, if others are left uncovered, wakes
         one of them to lead the next round. No herd re-contends for a shared
         lock, which matters when every commit waits (see docs/wal.md).
+
+        Linger (commits only): the threads a round released come back one at
+        a time (each needs the GIL for its next operation), so the first to
+        return would otherwise sync alone and the rest would form the next
+        round -- groups of ~2 with 16 writers. A new leader therefore waits
+        until every thread the last round released has committed again
+        (`_in_flight` reaches 0), at most about one recent sync's duration,
+        then syncs them all: PostgreSQL's commit_delay/commit_siblings, with
+        the siblings counted instead of guessed. One thread never lingers.
         """
         mu = self._mu
+        first = True
         while True:
             with mu:
+                if first:
+                    first = False
+                    if self._in_flight:
+                        self._in_flight -= 1
+                        if not self._in_flight and self._linger_gate is not None:
+                            self._linger_gate.release()
+                            self._linger_gate = None
                 if self._durable >= lsn:
                     self._round_size += 1
                     self._grouped += 1
                     return
                 if self._syncing < self.max_syncs and lsn > self._sync_target:
-                    start = self._durable
-                    target = self._end_lsn()
-                    if lsn > target:
-                        raise ValueError(f"lsn {lsn} is past the end of the log {target}")
+                    if lsn > self._end_lsn():
+                        raise ValueError(f"lsn {lsn} is past the end of the log {self._end_lsn()}")
                     self._syncing += 1
-                    self._sync_target = max(self._sync_target, target)
+                    pause = None
+                    if (linger and self._in_flight and self._linger_gate is None
+                            and min(_MAX_LINGER, self._sync_mean) > 0):
+                        pause = self._linger_gate = _allocate_lock()
+                        pause.acquire()
+                    if pause is None:
+                        start = self._durable
+                        target = self._end_lsn()
+                        self._sync_target = max(self._sync_target, target)
                     break
                 gate = _allocate_lock()
                 gate.acquire()
                 self._waiters.append((lsn, gate))
             gate.acquire()      # released by a leader: covered now, or asked to lead
+        if pause is not None:
+            t0 = _monotonic()
+            pause.acquire(True, min(_MAX_LINGER, self._sync_mean))
+            self._lingered += _monotonic() - t0
+            with mu:
+                if self._linger_gate is pause:
+                    self._linger_gate = None
+                start = self._durable
+                target = self._end_lsn()
+                self._sync_target = max(self._sync_target, target)
         ok = release = False
         try:
+            t0 = _monotonic()
             self._sync_range(start, target)
+            self._sync_mean += (_monotonic() - t0 - self._sync_mean) * 0.125
             ok = True
         finally:
             with mu:
@@ -262,11 +303,14 @@ class Wal:
                 self._round_size += 1
                 self._grouped += 1
                 durable, left = self._durable, []
+                back = 1                  # this leader, and every waiter it releases
                 for entry in self._waiters:
                     if entry[0] <= durable:
                         entry[1].release()
+                        back += 1
                     else:
                         left.append(entry)
+                self._in_flight = back if ok else 0
                 if left and not ok:       # let every waiter retry (and meet the error itself)
                     for _lsn, gate in left:
                         gate.release()
@@ -357,11 +401,12 @@ class Wal:
             "wal_group_commits": rounds,
             "wal_group_size_mean": self._grouped / rounds if rounds else 0.0,
             "wal_group_size_max": max(self._group_max, self._round_size),
+            "wal_linger_seconds": self._lingered,
             "wal_durable_lsn": self._durable,
             "wal_segments_created": self._segs.created,
             "wal_segments_live": len(self._segs.live),
             "wal_segments_archived": self._archive.archived if self._archive else 0,
-            "wal_encrypted": False,
+            "wal_encrypted": self.cipher is not None,
             "wal_write_path": self.write_path,
             "wal_direct": self.direct,
             "wal_pwrites": self._segs.pwrites,

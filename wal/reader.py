@@ -16,6 +16,11 @@ found means the writer got further than the stop: a valid record there is a
 *true gap* (reported, never replayed), other written data is damage. Damage
 and gaps raise a `WalRecoveryWarning` naming file and offset and are listed
 in the `RecoveryReport`; the caller (wal/log.py) then cuts the tail aside.
+
+Encrypted segments (wal/sealed.py) are read through `segs.read_buffer`,
+which decrypts them: a sealed block that does not authenticate reads as
+zeros, so it stops replay like a block never written, and the look-ahead
+reports written blocks after it. The tail kept aside stays sealed.
 """
 
 from __future__ import annotations
@@ -349,20 +354,28 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
         fresh = first_seq if from_lsn % S < FIRST_RECORD else first_seq + 1
     end = ScanEnd(p, chain, sorted(off_chain, key=lambda s: s.number), fresh)
     if fail is not None:
-        end.tail = _examine_stop(fail, S, report)
+        end.tail = _examine_stop(fail, S, report, segs)
+    expected = getattr(segs, "expected_size", lambda slot: S)
     for slot in sorted(segs.slots.values(), key=lambda s: s.number):
-        if slot.size < S:
+        want = expected(slot)
+        if slot.size < want:
+            what = f"segment_size {S}" if want == S else f"{want}, the sealed size of segment_size {S}"
             report.warn("damage", slot.path, slot.size, None,
-                        f"segment file is {slot.size} bytes, shorter than segment_size {S} "
+                        f"segment file is {slot.size} bytes, shorter than {what} "
                         "(truncated, or its preallocation was lost)")
     return end
 
 
-def _examine_stop(fail, size: int, report: RecoveryReport):
+def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
     """Classify the stop and look ahead; returns the tail to keep aside, or None if clean."""
     slot, buf, base, o, reason = fail
     x = base + o
     b = o - o % BLOCK
+    # A sealed block that did not open reads as zeros: name it if the stop is at or just before it.
+    unopened = getattr(segs, "unopened", {}).get(slot.path, ())
+    near = [i for i in (b // BLOCK, b // BLOCK + 1) if i in unopened]
+    note = (f"; sealed block {near[0]} (offset {near[0] * BLOCK}) does not authenticate: a changed "
+            "byte or a torn write" if near else "")
     damaged = False
     head_raw = bytes(buf[b:b + BLOCK_HDR_LEN])
     h = decode_block_header(buf, b)
@@ -374,7 +387,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport):
         if lsn == x or (lsn != 0 and _ours_but_lsn(buf, o, head, x, size)):
             damaged = True
     if damaged:
-        report.warn("damage", slot.path, o, x, reason)
+        report.warn("damage", slot.path, o, x, reason + note)
     # Look ahead: the rest of this block byte by byte, then WINDOW blocks.
     good: set = set()
     seen = False
@@ -395,7 +408,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport):
             if _gap_record(buf, base, nb + hb[0], size, good, slot, report):
                 break
     if seen and not damaged and not report.gaps:
-        report.warn("damage", slot.path, o, x, "written data follows the end of the log")
+        report.warn("damage", slot.path, o, x, "written data follows the end of the log" + note)
     if not (damaged or seen):
         return None
     tail_end = b + BLOCK
@@ -403,7 +416,8 @@ def _examine_stop(fail, size: int, report: RecoveryReport):
         hb = decode_block_header(buf, nb)
         if hb is not None and hb[1] == base + nb:
             tail_end = nb + BLOCK
-    return slot, o, bytes(buf[o:min(tail_end, size)])
+    sealed = getattr(segs, "tail_bytes", lambda *a: None)(slot, o, min(tail_end, size))
+    return slot, o, sealed if sealed is not None else bytes(buf[o:min(tail_end, size)])
 
 
 def _ours_but_lsn(buf, o: int, head: bytes, x: int, size: int) -> bool:

@@ -20,6 +20,13 @@ Invariants:
       4096-aligned memory of segment_size bytes, and `publish` pwrites
       whole 4 KiB blocks of it to the same offsets of the open slot file.
       Bytes of the file below the published point equal the buffer's.
+  (5) With a cipher (encryption_key), the pwrite path is the only one: the
+      buffer holds the plaintext segment, `publish` seals the blocks it
+      covers (wal/sealed.py: complete blocks in one pwrite, the partial
+      last block in a second one, to a tail slot), and slot files
+      are `physical_size(segment_size)` bytes. `read_buffer` gives readers
+      the plaintext segment back. O_DIRECT is refused: sealed blocks are
+      4128 bytes, not 4 KiB aligned.
 
 Every file operation goes through the `diskio` file system given.
 """
@@ -34,6 +41,7 @@ import threading
 from diskio import PosixFS, aligned_buffer
 
 from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
+from .sealed import BlockSealer, is_sealed, open_segment, physical_offset, physical_size, tail_offset
 
 __all__ = ["Segments", "Slot", "slot_name", "WRITE_PATHS"]
 
@@ -71,26 +79,34 @@ class Slot:
 class _Live:
     """A segment handed to the writer: its slot, buffer, mapping (mmap path) and file."""
 
-    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed")
+    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed", "sealer", "seal_lock")
 
-    def __init__(self, slot: Slot, mapping, buffer, file):
+    def __init__(self, slot: Slot, mapping, buffer, file, sealer=None):
         self.slot = slot
         self.mapping = mapping  # diskio Mapping (mmap path) or None (pwrite path)
         self.buffer = buffer    # what the encoder writes into; None once released
         self.file = file
         self.busy = 0         # syncs running on `file`
         self.doomed = False   # trimmed while busy: the last sync closes it
+        self.sealer = sealer  # BlockSealer with a cipher, set once the seq is known
+        self.seal_lock = threading.Lock()   # sealed writes vs. the epoch a sync covers
 
 
 class Segments:
     """The slot files of one WAL directory."""
 
     def __init__(self, fs, dirpath: str, segment_size: int, archive=None, *,
-                 write_path: str = "mmap", direct: bool = False):
+                 write_path: str = "mmap", direct: bool = False, cipher=None):
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
         if direct and write_path != "pwrite":
             raise ValueError("direct=True needs write_path='pwrite'")
+        if cipher is not None and direct:
+            raise ValueError("option 'wal_direct': O_DIRECT cannot write an encrypted WAL "
+                             "(sealed blocks are 4128 bytes, not 4 KiB aligned); turn off "
+                             "wal_direct or encryption_key")
+        self.cipher = cipher
+        self.unopened: dict = {}   # path -> indexes of sealed blocks that did not open (read_buffer)
         self.fs = fs
         self.write_path = write_path
         self.pwrite_path = write_path == "pwrite"
@@ -104,6 +120,7 @@ class Segments:
         self.archive = archive          # wal.archive.Archive or None
         self.dir = dirpath
         self.segment_size = segment_size
+        self.file_size = physical_size(segment_size) if cipher is not None else segment_size
         if not fs.exists(dirpath):
             fs.makedirs(dirpath)
         self._lock = threading.Lock()
@@ -142,8 +159,21 @@ class Segments:
         self.held = {}
         return sorted(self.slots.values(), key=lambda s: s.number)
 
+    def expected_size(self, slot: Slot) -> int:
+        """The size the slot file should have (sealed segments are larger)."""
+        return physical_size(self.segment_size) if is_sealed(slot.header) else self.segment_size
+
     def read_buffer(self, slot: Slot):
-        """A readable buffer of segment_size bytes with the slot's content (zeros past a short file)."""
+        """A readable buffer of segment_size bytes with the slot's content (zeros past a short file).
+
+        A sealed segment is decrypted (EncryptionError naming the file with a
+        wrong key, NoKeyError without one); blocks that do not open read as zeros and are listed
+        in `unopened[slot.path]`.
+        """
+        if is_sealed(slot.header):
+            buf, self.unopened[slot.path] = open_segment(self.file_bytes(slot, 0, slot.size),
+                                                         self.segment_size, self.cipher, slot.path)
+            return buf
         if slot.size >= self.segment_size:
             mapping = self.fs.map(slot.path, self.segment_size)
             self._readers.append(mapping)
@@ -156,6 +186,23 @@ class Segments:
             f.close()
         buf[:len(data)] = data
         return buf
+
+    def file_bytes(self, slot: Slot, lo: int, hi: int) -> bytes:
+        f = self.fs.open(slot.path)
+        try:
+            return f.pread(max(0, min(hi, f.size()) - lo), lo)
+        finally:
+            f.close()
+
+    def tail_bytes(self, slot: Slot, lo: int, hi: int) -> bytes:
+        """Bytes to keep aside for logical range [lo, hi) of a slot: as stored (a sealed
+        segment's tail stays sealed: whole physical blocks), so no plaintext leaves it."""
+        if not is_sealed(slot.header):
+            return None
+        first, last = lo // BLOCK, -(-hi // BLOCK)
+        tails = tail_offset(self.segment_size, 0)
+        return (self.file_bytes(slot, physical_offset(first), min(physical_offset(last), tails))
+                + self.file_bytes(slot, tails, slot.size))     # the partial block's copies
 
     def close_readers(self) -> None:
         readers, self._readers = self._readers, []
@@ -243,7 +290,10 @@ class Segments:
 
     def _prepare(self) -> _Live:
         """Preallocate a free or new slot and give it a buffer (invariants 1, 4)."""
-        S, fs = self.segment_size, self.fs
+        S, fs, P = self.segment_size, self.fs, self.file_size
+        if self.cipher is not None and not self.pwrite_path:
+            raise ValueError("an encrypted WAL writes through write_path='pwrite' (a shared "
+                             "mapping would put plaintext in the file)")
         with self._lock:
             reuse = min(self.free, default=None)
             if reuse is not None:
@@ -256,15 +306,19 @@ class Segments:
         new = slot.size == 0 and not fs.exists(slot.path)
         f = self._wfs.open(slot.path, create=new, direct=self.direct)
         try:
-            if slot.size < S:
+            # A plaintext slot reused by an encrypted WAL is zeroed whole: its
+            # old records must not stay readable in a file that claims to be sealed.
+            zero_from = 0 if self.cipher is not None and not slot.blank and \
+                not is_sealed(slot.header) else slot.size
+            if slot.size < P or zero_from < slot.size:
                 # Allocate, then write the zeros: on ext4 a write into a
                 # fallocated (unwritten) extent converts it in the journal,
                 # which every later fdatasync of the segment would pay for.
-                f.preallocate(S)
-                for at in range(slot.size - slot.size % _ZERO_CHUNK, S, _ZERO_CHUNK):
-                    f.pwrite(_ZEROS[:min(_ZERO_CHUNK, S - at)], at)
+                f.preallocate(P)
+                for at in range(zero_from - zero_from % _ZERO_CHUNK, P, _ZERO_CHUNK):
+                    f.pwrite(_ZEROS[:min(_ZERO_CHUNK, P - at)], at)
                 f.fsync()
-                slot.size = S
+                slot.size = max(slot.size, P)
             if new:
                 self.created += 1
                 fs.crash_point("wal.segment_created")
@@ -333,6 +387,15 @@ class Segments:
         if buf is None or hi <= lo:
             return
         f = live.file
+        if self.cipher is not None:
+            with live.seal_lock:
+                if live.sealer is None:
+                    live.sealer = BlockSealer(self.cipher, seq, self.segment_size)
+                for at, data in live.sealer.writes(buf, lo, hi):
+                    f.pwrite(data, at)
+                    self.pwrites += 1
+                    self.pwrite_bytes += len(data)
+            return
         if f.direct:
             lo -= lo % BLOCK
         top = -(-hi // BLOCK) * BLOCK
@@ -368,8 +431,15 @@ class Segments:
             if live is None:
                 return
             live.busy += 1
+        sealer = live.sealer
+        if sealer is not None:
+            with live.seal_lock:
+                epoch = sealer.sync_begins()
         try:
             live.file.fdatasync()
+            if sealer is not None:
+                with live.seal_lock:
+                    sealer.sync_done(epoch)
         finally:
             with self._lock:
                 live.busy -= 1

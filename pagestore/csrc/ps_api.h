@@ -192,3 +192,13 @@ int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
 int ps_ckpt_end(ps_core *c);
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out);
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction);
+
+/* recovery-file records in bulk, plain (no cipher) disabled / skip_garbage
+ * (recframe.c; the format is checkpoint/format.py's).  ps_recframe frames n
+ * page images into out (cap >= n * (page_size + 18)) and returns the bytes
+ * written; ps_recparse decodes whole valid plain records from buf into page
+ * images, stopping at the first one it does not take, and returns the count */
+int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32_t page_size,
+                    int skip_garbage, uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
+int64_t ps_recparse(const uint8_t *buf, size_t len, uint32_t page_size, uint8_t *images,
+                    uint64_t *ids, size_t max_pages, size_t *consumed);

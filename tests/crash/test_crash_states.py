@@ -146,6 +146,16 @@ def test_crash_states_lose_nothing_acknowledged(recovery_data):
     assert n >= 1000
 
 
+@pytest.mark.parametrize("recovery_data", ["checkpoint", "wal"])
+def test_encrypted_crash_states_lose_nothing_acknowledged(recovery_data, monkeypatch):
+    """The same bars with pages, recovery files and WAL blocks sealed (AES-GCM)."""
+    monkeypatch.setitem(OPTS, "encryption_key", bytes(range(32)))
+    n = crash_states("fsync", recovery_data, ops=40, checkpoints=3, step=2, seeds=3, seed=4)
+    n += crash_states("log_only", recovery_data, ops=30, checkpoints=3, step=3, seeds=2, seed=5)
+    print(f"\nencrypted crash states checked ({recovery_data}): {n}")
+    assert n >= 300
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recovery_data", ["checkpoint", "wal"])
 def test_crash_states_torture(recovery_data):

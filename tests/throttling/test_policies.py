@@ -182,8 +182,8 @@ def test_speed_based_protects_the_buffer_with_the_fill_rate_law():
 # -- adaptive ----------------------------------------------------------------
 
 def drive_adaptive(policy, seconds, cow_per_step, start=0.0, dt=0.001,
-                   rec_speed=1000.0, cp_pages=2000, capacity=100, dirty_per_step=1):
-    """Feed a recovery phase at ``rec_speed`` with copies taken every step."""
+                   rec_speed=1000.0, cp_pages=2000, capacity=100, dirty_per_step=1, **extra):
+    """Feed a recovery-file phase at ``rec_speed`` with copies taken every step."""
     parks = []
     used = dirtied = 0
     for i in range(int(seconds / dt)):
@@ -192,10 +192,19 @@ def drive_adaptive(policy, seconds, cow_per_step, start=0.0, dt=0.001,
         dirtied += dirty_per_step
         s = Signals(cow_used=int(used), cow_capacity=capacity, dirty_pages=dirtied,
                     total_pages=100000, checkpoint_running=True, checkpoint_pages=cp_pages,
-                    recovery_pages_written=min(cp_pages, int(t * rec_speed)),
-                    pages_dirtied=dirtied, in_checkpoint_page=cow_per_step > 0, writer=0)
+                    recovery_pages_written=min(cp_pages, int((t - start) * rec_speed)),
+                    pages_dirtied=dirtied, in_checkpoint_page=cow_per_step > 0, writer=0,
+                    phase="recovery_files", phase_elapsed=t - start, checkpoint_elapsed=t - start,
+                    **extra)
         parks.append(policy.park_seconds(s, t))
     return parks
+
+
+def phase_signals(phase, **kw):
+    base = dict(cow_capacity=100, total_pages=1000, checkpoint_running=True, checkpoint_pages=1000,
+                in_checkpoint_page=None, writer=0, phase=phase)
+    base.update(kw)
+    return Signals(**base)
 
 
 def test_adaptive_parks_no_more_than_max_park_with_a_full_buffer():
@@ -205,7 +214,7 @@ def test_adaptive_parks_no_more_than_max_park_with_a_full_buffer():
     assert all(0.0 <= x <= p.max_park for x in parks)
 
 
-def test_adaptive_without_checkpoint_progress_falls_back_to_a_capped_fill_rate():
+def test_adaptive_without_a_phase_falls_back_to_a_capped_fill_rate():
     p = AdaptivePolicy(FakeClock())
     for i in range(10):
         park = p.park_seconds(cp(cow_used=100, pages_dirtied=i), i * 0.01)
@@ -230,37 +239,84 @@ def test_adaptive_paces_writers_that_would_overrun_the_buffer():
     assert max(parks) <= p.max_park
 
 
-def test_adaptive_allowed_copy_rate_falls_as_the_buffer_fills():
+def test_adaptive_park_grows_with_the_fill_ahead_of_the_schedule():
+    # 0.1 s into the window, 500 of 1000 recovery pages written (0.1 s left at
+    # the measured speed) and last time's fsync of 0.05 s: a 0.25 s window, in
+    # which the schedule allows 40 % of the 95-slot budget now.
+    last = (0.0, 0.0, 0.1, 0.05, 0.0, 0.0)
+
+    def park(used, **kw):
+        kw.setdefault("head_start", 0.0)
+        p = AdaptivePolicy(FakeClock(), quantum=0.0, **kw)
+        return p, p.park_seconds(phase_signals(
+            "recovery_files", cow_used=used, recovery_pages_written=500, phase_elapsed=0.1,
+            checkpoint_elapsed=0.1, last_phase_seconds=last), 0.0)
+
+    p, first = park(30, max_park=1.0)
+    assert first == 0.0
+    assert p.window == pytest.approx(0.25)
+    parks = [park(u, max_park=1.0)[1] for u in (50, 60, 70, 94)]
+    assert all(a < b for a, b in zip(parks, parks[1:]))
+    assert parks[0] == pytest.approx(0.25 * 50 / 95 - 0.1)
+    assert park(94)[1] == pytest.approx(AdaptivePolicy().max_park)
+    # the head start lets the first 30 % of the budget go at once (the copies
+    # of the hot upper tree pages every checkpoint needs first), then the rest
+    # of the budget follows the same schedule
+    assert park(28, head_start=0.3, max_park=1.0)[1] == 0.0
+    assert park(50, head_start=0.3, max_park=1.0)[1] == 0.0     # behind the schedule
+    assert park(80, head_start=0.3, max_park=1.0)[1] == pytest.approx(
+        0.25 * (80 / 95 - 0.3) / 0.7 - 0.1)
+
+
+def test_adaptive_counts_the_recovery_fsync_before_the_buffer_drains():
+    # The recovery files are all written, the fsync is under way: nothing
+    # drains until it ends, so a full budget parks for the fsync left.
+    last = (0.0, 0.0, 0.1, 0.04, 0.0, 0.0)
     p = AdaptivePolicy(FakeClock())
-    drive_adaptive(p, 0.1, cow_per_step=0)
-    rates = [p.allowed_rates(cp(cow_used=u, recovery_pages_written=100, checkpoint_pages=2000,
-                                total_pages=100000), 0.1)[0] for u in range(0, 101, 10)]
-    assert all(a >= b for a, b in zip(rates, rates[1:]))
-    assert rates[-1] == 0.0
+    park = p.park_seconds(phase_signals("recovery_fsync", cow_used=96, recovery_pages_written=1000,
+                                        phase_elapsed=0.01, checkpoint_elapsed=0.11,
+                                        last_phase_seconds=last), 0.0)
+    assert park == pytest.approx(0.03)
+    # past its expected length the fsync is assumed to end within a quarter of it
+    park = p.park_seconds(phase_signals("recovery_fsync", cow_used=96, recovery_pages_written=1000,
+                                        phase_elapsed=0.2, checkpoint_elapsed=0.3,
+                                        last_phase_seconds=last), 0.0)
+    assert park == pytest.approx(0.01)
 
 
-def test_adaptive_allowed_dirty_rate_falls_as_dirty_pages_grow():
+def test_adaptive_in_the_page_phase_parks_only_over_the_budget():
     p = AdaptivePolicy(FakeClock())
-    drive_adaptive(p, 0.1, cow_per_step=0)
-    rates = [p.allowed_rates(cp(dirty_pages=d, recovery_pages_written=100, checkpoint_pages=2000,
-                                total_pages=1000), 0.1)[1] for d in range(0, 1001, 100)]
-    assert all(a >= b for a, b in zip(rates, rates[1:]))
-    assert rates[-1] == 0.0
+    assert p.park_seconds(phase_signals("pages", cow_used=90, pages_written=100,
+                                        phase_elapsed=0.01), 0.0) == 0.0
+    park = p.park_seconds(phase_signals("pages", cow_used=100, pages_written=100,
+                                        phase_elapsed=0.01), 0.0)
+    # 5 slots over the budget, freed at 10 000 pages/s: below a quantum, so a quantum
+    assert park == pytest.approx(p.min_quantum)
 
 
-def test_adaptive_forgets_its_debt_when_the_checkpoint_ends():
+def test_adaptive_never_parks_in_the_page_fsync_without_a_dirty_limit():
+    p = AdaptivePolicy(FakeClock())
+    assert p.park_seconds(phase_signals("page_fsync", cow_used=0, dirty_pages=1000,
+                                        pages_written=1000), 0.0) == 0.0
+
+
+def test_adaptive_paces_dirty_pages_against_a_blocking_limit():
+    p = AdaptivePolicy(FakeClock(), quantum=0.0)
+    last = (0.0, 0.0, 0.1, 0.02, 0.05, 0.02)
+    kw = dict(cow_used=0, recovery_pages_written=1000, pages_written=500, phase_elapsed=0.025,
+              checkpoint_elapsed=0.145, last_phase_seconds=last)
+    assert p.park_seconds(phase_signals("pages", dirty_pages=900, **kw), 0.0) == 0.0
+    park = p.park_seconds(phase_signals("pages", dirty_pages=900, dirty_limit=1000, **kw), 0.0)
+    assert 0.0 < park <= p.max_park
+    assert p.park_seconds(phase_signals("pages", dirty_pages=100, dirty_limit=1000, **kw), 0.0) == 0.0
+
+
+def test_adaptive_forgets_the_checkpoint_when_it_ends():
     p = AdaptivePolicy(FakeClock())
     drive_adaptive(p, 0.2, cow_per_step=100)
     assert p.park_seconds(Signals(total_pages=1000, writer=0), 0.3) == 0.0
     assert p.park_seconds(cp(cow_used=0, recovery_pages_written=300, pages_written=300,
-                             pages_dirtied=5), 0.31) == 0.0
-
-
-def test_adaptive_at_progress_one_with_an_empty_buffer_does_not_park():
-    p = AdaptivePolicy(FakeClock())
-    drive_adaptive(p, 0.05, cow_per_step=0)
-    s = cp(recovery_pages_written=300, pages_written=300, cow_used=0, pages_dirtied=10)
-    assert p.park_seconds(s, 0.06) == 0.0
+                             pages_dirtied=5, phase="page_fsync"), 0.31) == 0.0
 
 
 signal_st = st.builds(

@@ -32,7 +32,10 @@ def test_fill_rate_and_the_default_freeze_no_writer(extreme):
         assert extreme[name]["recovery_max_park_s"] <= 1.0, name
         assert extreme[name]["writer_freeze_s"] <= 1.0, name
     assert extreme["adaptive"]["writer_freeze_s"] <= 0.1
-    assert extreme["adaptive"]["freeze_s"] * 5 <= extreme["exponential_backoff"]["freeze_s"]
+    # The store as a whole never stops for longer than one bounded park
+    # (writers of one schedule may park together), nor longer than it does
+    # under exponential backoff.
+    assert extreme["adaptive"]["freeze_s"] <= min(0.05, extreme["exponential_backoff"]["freeze_s"])
 
 
 def test_an_unthrottled_store_stalls_on_a_full_buffer(extreme):

@@ -61,6 +61,66 @@ def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch,
     assert st["wal_group_size_max"] >= biggest and st["wal_group_size_mean"] >= factor, st
 
 
+_REAL_SIM_FSYNC = SimFile.fsync
+
+
+def _staggered_commits(monkeypatch, linger_cap):
+    """16 writers that each hold the GIL ~60 us between commits (a caller's own work),
+    so released threads come back one by one, as they do in a real application."""
+    import wal.log as wal_log
+    monkeypatch.setattr(wal_log, "_MAX_LINGER", linger_cap)
+    real = _REAL_SIM_FSYNC
+
+    def slow_fsync(self):
+        time.sleep(0.0005)
+        real(self)
+
+    monkeypatch.setattr(SimFile, "fsync", slow_fsync)
+    h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20, max_syncs=1)
+    lock = threading.Lock()
+
+    def worker(t):
+        for i in range(40):
+            deadline = time.perf_counter() + 0.00006
+            while time.perf_counter() < deadline:   # pure Python: holds the GIL
+                pass
+            with lock:
+                _lsn, end = h.writer.put(b"s%02d-%05d" % (t, i), b"v" * 100)
+            h.wal.commit(end)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    st = h.wal.stats()
+    h.wal.close()
+    return st
+
+
+def test_group_commit_leader_lingers_until_released_writers_return(monkeypatch):
+    st = _staggered_commits(monkeypatch, 0.002)
+    no_linger = _staggered_commits(monkeypatch, 0.0)
+    # with the linger a round carries most of the 16 writers; without it the first
+    # writer back syncs alone and groups collapse (the reason for the linger)
+    assert st["wal_group_size_mean"] >= 8, st
+    assert st["wal_group_size_mean"] >= 1.3 * no_linger["wal_group_size_mean"], (st, no_linger)
+    assert st["wal_linger_seconds"] > 0 and no_linger["wal_linger_seconds"] == 0, (st, no_linger)
+
+
+def test_one_writer_never_lingers(monkeypatch):
+    import wal.log as wal_log
+    monkeypatch.setattr(wal_log, "_MAX_LINGER", 1.0)   # a linger would show as seconds
+    h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20)
+    t0 = time.perf_counter()
+    for i in range(50):
+        h.put(b"k%03d" % i, b"v")
+    st = h.wal.stats()
+    h.wal.close()
+    assert st["wal_linger_seconds"] == 0 and time.perf_counter() - t0 < 5, st
+    assert st["wal_group_size_max"] == 1
+
+
 @pytest.mark.parametrize("write_path", ["pwrite", "mmap"])
 def test_group_commit_on_the_real_disk_shares_fdatasyncs(tmp_path, write_path):
     h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="fsync", segment_size=1 << 20, max_syncs=1,
