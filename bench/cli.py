@@ -66,6 +66,17 @@ def non_negative(text: str) -> float:
     return v
 
 
+def fraction(text: str) -> float:
+    """A number in [0, 1): ``--value-compressibility``."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1): {text!r}")
+    return v
+
+
 def choice_list(choices):
     def parse(text: str) -> list:
         items = [x.strip() for x in text.split(",") if x.strip()]
@@ -109,6 +120,9 @@ def _knobs(p: argparse.ArgumentParser, lists: bool = False) -> None:
     g.add_argument("--key-size", type=count, default=None)
     g.add_argument("--value-size", type=count, default=None)
     g.add_argument("--value-size-max", type=count, default=None, help="values uniform in [value-size, max]")
+    g.add_argument("--value-compressibility", type=fraction, default=None,
+                   help="fraction of each value a fast compressor removes (db_bench's 1 - "
+                        "--compression_ratio; default 0.5; 0: random bytes)")
     g.add_argument("--key-range", type=count, default=None)
     g.add_argument("--distribution", choices=DISTRIBUTIONS, default=None)
     g.add_argument("--zipf-theta", type=positive, default=None)
@@ -140,7 +154,8 @@ def _knobs(p: argparse.ArgumentParser, lists: bool = False) -> None:
 
 
 _KNOB_KEYS = ("store", "threads", "warmup", "duration", "ops", "rate", "key_size", "value_size",
-              "value_size_max", "key_range", "distribution", "zipf_theta", "hot_fraction", "hot_ops", "mix",
+              "value_size_max", "value_compressibility", "key_range", "distribution", "zipf_theta",
+              "hot_fraction", "hot_ops", "mix",
               "scan_len", "preload", "seed", "page_size", "memory_size", "checkpoint_buffer_size",
               "checkpoint_interval", "checkpoint_threads", "checkpoint_every")
 
@@ -172,6 +187,8 @@ def parser() -> argparse.ArgumentParser:
                    help="keys loaded before the kill -9 (2.2M 116-byte pairs: about 100,000 pages)")
     q.add_argument("--memory-size", type=size, default=512 << 20,
                    help="pagestore memory_size in the base comparison (memory bar; default 512M)")
+    q.add_argument("--value-compressibility", type=fraction, default=None,
+                   help="of every generated value, peers' too (default 0.5 as db_bench; 0: random)")
     q.add_argument("--no-report-bars", dest="bars", action="store_false", help="skip the bars table")
     q.add_argument("--skip", type=choice_list(("base", "commit", "checkpoint", "matrix")), default=[])
     pe = sub.add_parser("peers", help="issue-2/3 comparisons: bulk load/get/scan and commit per put")

@@ -25,7 +25,7 @@ from bench.histogram import LogHistogram
 from bench.measure import read_rss
 from bench.runner import run, timed_phase
 from bench.stores import open_store, pagestore_available
-from bench.workload import ValuePool, make_keys
+from bench.workload import DEFAULT_COMPRESSIBILITY, ValuePool, make_keys
 
 BASE_STORES = ("pagestore", "lmdb", "rocksdict", "plyvel", "sqlite")
 # issue 3: the closest "commit per put, survives a process kill" setting of each peer
@@ -58,12 +58,12 @@ def _dir_bytes(path: str) -> int:
 
 
 def base_compare(n: int = 1_000_000, stores=BASE_STORES, data_dir=None, store_options=None,
-                 progress=None) -> dict:
+                 progress=None, value_compressibility: float = DEFAULT_COMPRESSIBILITY) -> dict:
     """Bulk load, point gets and ordered scan of the same N pairs on each store."""
     stores, notes = available(stores)
     rng = np.random.default_rng(42)
     keys = make_keys(rng.permutation(n).astype(np.uint64) + np.uint64(1 << 40), 16)
-    pairs = list(zip(keys, ValuePool(100, count=8192, seed=5).take(n)))
+    pairs = list(zip(keys, ValuePool(100, count=8192, seed=5, compressibility=value_compressibility).take(n)))
     expect = {k: v for k, v in pairs[: 2000]}
     get_order = [keys[i] for i in rng.permutation(n)]
     rows, mem = [], {}
@@ -132,10 +132,12 @@ def fdatasync_loop(seconds: float = 3.0, data_dir=None, block: int = 4096, block
 
 
 def commit_compare(seconds: float = 3.0, threads=(1, 4, 16), data_dir=None, key_range=1_000_000,
-                   store_options=None, progress=None) -> dict:
+                   store_options=None, progress=None,
+                   value_compressibility: float = DEFAULT_COMPRESSIBILITY) -> dict:
     """Commit-per-put throughput: no-fsync with one thread, durable with T threads."""
     base = dict(scenario="full-speed", duration=seconds, warmup=0.5, distribution="uniform",
-                key_range=key_range, data_dir=data_dir, checkpoint_interval=None)
+                key_range=key_range, data_dir=data_dir, checkpoint_interval=None,
+                value_compressibility=value_compressibility)
     results = []
     nosync, notes = available(NOSYNC_STORES)
     sync, _ = available(SYNC_STORES)

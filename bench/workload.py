@@ -14,15 +14,21 @@ wrapping), ``unique`` (never repeats, starts above the key range, so it grows
 the store), ``hot-set`` (``hot_ops`` of the operations hit the first
 ``hot_fraction`` of the range).
 
-Generation is vectorised per batch with numpy; values are taken from a pool of
-random (incompressible) byte strings so no value is built in the hot loop.
+Generation is vectorised per batch with numpy (keys leave one matrix through a
+single ``struct.unpack``); values are taken from a pool built before the timed
+loop, so no value is built in the hot loop. Values are compressible like
+db_bench's (``value_compressibility``, default 0.5: a random run of half the
+length, repeated; 0 gives random bytes) so that page and recovery-data codecs
+meet data that compresses as real data does; see ``docs/bench.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -31,6 +37,7 @@ import numpy as np
 OP_PUT, OP_GET, OP_DELETE, OP_SCAN, OP_COMMIT = 1, 2, 3, 4, 5
 OP_NAMES = {"put": OP_PUT, "get": OP_GET, "delete": OP_DELETE, "scan": OP_SCAN}
 DISTRIBUTIONS = ("uniform", "zipf", "sequential", "unique", "hot-set")
+_SPLIT_ROWS = 1 << 16        # rows per struct unpack in make_keys
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -62,27 +69,91 @@ def make_keys(idx: np.ndarray, key_size: int = 16, ordered: bool = False) -> lis
         raise ValueError("key_size must be at least 8")
     idx = np.asarray(idx, dtype=np.uint64)
     n = idx.size
-    mat = np.zeros((n, max(key_size, 16)), dtype=np.uint8)
+    if n == 0:
+        return []
+    words = max(2, -(-key_size // 8))
+    mat = np.zeros((n, words), dtype=">u8") if words > 2 else np.empty((n, 2), dtype=">u8")
     a, b = (idx, mix64(idx)) if ordered else (mix64(idx), idx)
-    mat[:, 0:8] = a.astype(">u8").view(np.uint8).reshape(n, 8)
-    mat[:, 8:16] = b.astype(">u8").view(np.uint8).reshape(n, 8)
-    # a void view turns each row into one bytes object, trailing zero bytes kept
-    return np.ascontiguousarray(mat[:, :key_size]).view(f"V{key_size}").ravel().tolist()
+    mat[:, 0] = a
+    mat[:, 1] = b
+    # one C-level unpack cuts the rows into bytes objects (trailing zero bytes kept, the
+    # rest of a row skipped): 3x cheaper than a void view's tolist, and key generation is
+    # part of the harness's per-op cost
+    buf, row = mat.tobytes(), 8 * words
+    if n <= _SPLIT_ROWS:
+        return list(_row_splitter(n, key_size, row).unpack(buf))
+    out, full = [], _row_splitter(_SPLIT_ROWS, key_size, row)
+    for s in range(0, n, _SPLIT_ROWS):  # bounded Struct sizes: the cache stays small
+        part = buf[s * row:(s + _SPLIT_ROWS) * row]
+        out += (full if len(part) == _SPLIT_ROWS * row else
+                _row_splitter(len(part) // row, key_size, row)).unpack(part)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _row_splitter(n: int, size: int, row: int) -> struct.Struct:
+    return struct.Struct((f"{size}s{row - size}x" if row > size else f"{size}s") * n)
+
+
+DEFAULT_COMPRESSIBILITY = 0.5   # db_bench's --compression_ratio default (0.5), as 1 - ratio
+_PIECE = 100                     # db_bench builds its value buffer from 100-byte pieces
+
+
+def compressible_bytes(rng, size: int, compressibility: float) -> bytes:
+    """``size`` bytes a fast compressor shrinks by about ``compressibility``: a random run of
+    ``round(size * (1 - compressibility))`` bytes (at least 1) repeated to fill the size, as
+    db_bench's CompressibleString. 0 gives plain random bytes."""
+    return compressible_many(rng, [size], compressibility)[0]
+
+
+def compressible_many(rng, sizes, compressibility: float) -> list:
+    """:func:`compressible_bytes` for each size, cutting the random runs from one buffer
+    (one ``rng.bytes`` call per value would cost ~10 us each)."""
+    sizes = [int(x) for x in sizes]
+    if compressibility <= 0:
+        return [rng.bytes(x) for x in sizes]
+    raws = [max(1, round(x * (1.0 - compressibility))) if x > 1 else x for x in sizes]
+    blob, out, off = rng.bytes(sum(raws)), [], 0
+    for x, r in zip(sizes, raws):
+        raw = blob[off:off + r]
+        off += r
+        out.append((raw * -(-x // r))[:x] if r else b"")
+    return out
+
+
+def check_compressibility(c) -> float:
+    c = float(c)
+    if not 0.0 <= c < 1.0:
+        raise ValueError(f"value_compressibility must be in [0, 1), not {c!r}")
+    return c
 
 
 class ValuePool:
-    """Random byte strings; ``take(n)`` returns n of them, rotating through the pool."""
+    """Value byte strings; ``take(n)`` returns n of them, rotating through the pool.
 
-    def __init__(self, size: int = 100, size_max: int | None = None, count: int = 8192, seed: int = 7):
+    ``compressibility`` (default 0.5, db_bench's): each value is built by
+    :func:`compressible_bytes`, so snappy/lz4/zstd cut it by about that fraction;
+    0 gives random (incompressible) bytes. ``by_length`` slices a 1 MiB buffer made,
+    like db_bench's, of 100-byte pieces built the same way.
+    """
+
+    def __init__(self, size: int = 100, size_max: int | None = None, count: int = 8192, seed: int = 7,
+                 compressibility: float = DEFAULT_COMPRESSIBILITY):
+        self.compressibility = c = check_compressibility(compressibility)
         rng = np.random.default_rng(seed)
         hi = max(size, size_max or size)
         sizes = rng.integers(size, hi + 1, count) if hi > size else np.full(count, size)
-        blob = rng.bytes(int(sizes.sum()) + 1)
         self.values, off = [], 0
-        for s in sizes.tolist():
-            self.values.append(blob[off:off + s])
-            off += s
-        self._blob = rng.bytes(1 << 20) + rng.bytes(hi)
+        if c == 0:  # the pre-option byte stream, unchanged
+            blob = rng.bytes(int(sizes.sum()) + 1)
+            for s in sizes.tolist():
+                self.values.append(blob[off:off + s])
+                off += s
+            self._blob = rng.bytes(1 << 20) + rng.bytes(hi)
+        else:
+            self.values = compressible_many(rng, sizes.tolist(), c)
+            n = ((1 << 20) + hi) // _PIECE + 1
+            self._blob = b"".join(compressible_many(rng, [_PIECE] * n, c))
         self._pos = 0
         self._off = 0
 
@@ -95,13 +166,19 @@ class ValuePool:
         return out
 
     def by_length(self, lengths) -> list:
-        """One value per requested length (slices of a random 1 MiB buffer)."""
+        """One value per requested length (slices of the 1 MiB buffer)."""
         out, blob = [], self._blob
+        # compressible slices start on a piece: a slice cutting two pieces would carry two
+        # random runs and compress by less than the option says
+        if self.compressibility == 0:
+            step, span = 997, 1 << 20
+        else:
+            step, span = 997 * _PIECE, (1 << 20) // _PIECE * _PIECE
         for ln in lengths:
             if self._off + ln > len(blob):
                 self._off = 0
             out.append(blob[self._off:self._off + ln])
-            self._off = (self._off + 997) % (1 << 20)
+            self._off = (self._off + step) % span
         return out
 
 
@@ -157,14 +234,18 @@ class GeneratedWorkload:
         self.all_puts = list(mix) == ["put"]
         self.scan_len = int(cfg.get("scan_len", 100))
         self.ordered = cfg.get("distribution") == "sequential"
+        self.compressibility = check_compressibility(cfg.get("value_compressibility", DEFAULT_COMPRESSIBILITY))
+
+    def _keys(self, idx: np.ndarray) -> list:
+        return make_keys(idx, self.key_size, self.ordered)
 
     def batches(self, thread: int = 0, threads: int = 1):
         ks = KeyStream(self.cfg, thread, threads)
         pool = ValuePool(int(self.cfg.get("value_size", 100)), self.cfg.get("value_size_max"),
-                         seed=int(self.cfg.get("seed", 1)) * 1000 + thread)
+                         seed=int(self.cfg.get("seed", 1)) * 1000 + thread, compressibility=self.compressibility)
         n, rng = self.batch, np.random.default_rng([int(self.cfg.get("seed", 1)), thread, 99])
         while True:
-            keys = make_keys(ks.draw(n), self.key_size, self.ordered)
+            keys = self._keys(ks.draw(n))
             if self.all_puts:
                 yield Batch(keys, pool.take(n))
             else:
@@ -175,10 +256,11 @@ class GeneratedWorkload:
         """All keys of the key range, in random order, with values: lists of pairs."""
         k = int(self.cfg.get("key_range", 100_000))
         order = np.random.default_rng(int(self.cfg.get("seed", 1)) + 5).permutation(k).astype(np.uint64)
-        pool = ValuePool(int(self.cfg.get("value_size", 100)), self.cfg.get("value_size_max"), seed=3)
+        pool = ValuePool(int(self.cfg.get("value_size", 100)), self.cfg.get("value_size_max"), seed=3,
+                         compressibility=self.compressibility)
         for s in range(0, k, chunk):
             idx = order[s:s + chunk]
-            yield list(zip(make_keys(idx, self.key_size, self.ordered), pool.take(idx.size)))
+            yield list(zip(self._keys(idx), pool.take(idx.size)))
 
 
 class ParquetWorkload:
@@ -190,11 +272,13 @@ class ParquetWorkload:
     Threads share one reader; each takes the next batch. ``transactional`` is
     true when the generator's metadata says transactions hold several ops; the
     runner then replays writes up to each commit marker as one transaction.
+    Value bytes come from a :class:`ValuePool` buffer with the spec's
+    ``value_compressibility`` (0.5 when the spec has none), unless given here.
     """
 
     COLUMNS = ("op", "key", "value_len", "scan_len")
 
-    def __init__(self, path: str, partition=0, batch_size: int = 4096):
+    def __init__(self, path: str, partition=0, batch_size: int = 4096, compressibility=None):
         self.path, self.partition, self.batch_size = path, partition, batch_size
         if os.path.isfile(path):
             self.files = [path]
@@ -204,19 +288,26 @@ class ParquetWorkload:
             raise FileNotFoundError(f"no Parquet files for partition {partition} under {path}")
         self._lock = threading.Lock()
         self._it = None
-        self._pool = ValuePool(1, count=1)
-        self.transactional = self._tx_size() > 1
+        spec = self._spec()
+        if compressibility is None:
+            compressibility = spec.get("value_compressibility", DEFAULT_COMPRESSIBILITY)
+        self.compressibility = check_compressibility(compressibility)
+        self._pool = ValuePool(1, count=1, compressibility=self.compressibility)
+        try:
+            self.transactional = int(spec.get("tx_size", 1)) > 1
+        except (TypeError, ValueError):
+            self.transactional = False
 
-    def _tx_size(self) -> int:
-        """``tx_size`` from the generator's ``_workload.json``, 1 when absent."""
+    def _spec(self) -> dict:
+        """The generator's spec from ``_workload.json``; {} when absent or unreadable."""
         meta = os.path.join(self.path, "_workload.json")
         try:
             with open(meta) as f:
                 spec = json.load(f).get("spec", {})
             spec = json.loads(spec) if isinstance(spec, str) else spec
-            return int(spec.get("tx_size", 1))
+            return spec if isinstance(spec, dict) else {}
         except (OSError, ValueError, AttributeError, TypeError):
-            return 1
+            return {}
 
     def _record_batches(self):
         import pyarrow.parquet as pq

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tx-size", type=int, default=1, help="ops per transaction (>1 adds op-5 markers)")
     g.add_argument("--value-size", default="fixed:100", help="fixed:N or uniform:LO-HI (bytes)")
     g.add_argument("--scan-len", default="uniform:1-100", help="keys per scan: fixed:N or uniform:LO-HI")
+    g.add_argument("--value-compressibility", type=float, default=0.5,
+                   help="recorded in the spec; the replaying harness builds values a fast compressor "
+                        "cuts by this fraction (db_bench's 1 - --compression_ratio; 0: random bytes)")
     g.add_argument("--hot-fraction", type=float, default=0.01, help="hotset: share of the key range")
     g.add_argument("--hot-share", type=float, default=0.9, help="hotset: share of operations on it")
     g.add_argument("--chunk-ops", type=int, default=1 << 20,
@@ -87,7 +90,8 @@ def cmd_generate(a) -> int:
     spec = WorkloadSpec(ops=a.ops, partitions=a.partitions, seed=a.seed, dist=a.dist, theta=a.theta,
                         key_range=a.key_range, mix=parse_mix(a.mix), tx_size=a.tx_size,
                         value_size=parse_size(a.value_size), scan_len=parse_size(a.scan_len),
-                        hot_fraction=a.hot_fraction, hot_share=a.hot_share, chunk=a.chunk_ops)
+                        hot_fraction=a.hot_fraction, hot_share=a.hot_share, chunk=a.chunk_ops,
+                        value_compressibility=a.value_compressibility)
     t0 = time.perf_counter()
     spark = get_session(a.master, app="pagestore-generate", quick_jit=False)
     t1 = time.perf_counter()

@@ -81,6 +81,8 @@ class WorkloadSpec:
     hot_fraction: float = 0.01
     hot_share: float = 0.9
     chunk: int = CHUNK_OPS
+    # not in the Parquet (values are not stored): the replaying harness's ValuePool uses it
+    value_compressibility: float = 0.5
 
     def __post_init__(self):
         if self.dist not in DISTRIBUTIONS:
@@ -91,6 +93,8 @@ class WorkloadSpec:
             raise ValueError("too many partitions or operations for 64-bit key ids")
         if not (self.theta > 0 and 0 < self.hot_fraction <= 1 and 0 <= self.hot_share <= 1):
             raise ValueError("need theta > 0, 0 < hot_fraction <= 1, 0 <= hot_share <= 1")
+        if not 0 <= self.value_compressibility < 1:
+            raise ValueError("need 0 <= value_compressibility < 1")
 
     def partition_ops(self, p: int) -> int:
         return self.ops // self.partitions + (1 if p < self.ops % self.partitions else 0)

@@ -87,3 +87,24 @@ def test_running_flag_and_seconds_marked_after_the_fact():
     ts = [dict(second=s, checkpoint_running=False) for s in range(4)]
     _mark_checkpoint_seconds(ts, [dict(t_start=1.2, total_ms=1000.0), dict(t_start=float("nan"), total_ms=5.0)])
     assert [r["checkpoint_running"] for r in ts] == [False, True, True, False]
+
+
+def test_fixed_rate_pairs_that_both_hold_the_target_count_as_equal():
+    paced = '{"rate": 1000}'
+    held = [_s(scenario="fixed-rate", recovery_data="wal", throughput=1003.0, config_json=paced),
+            _s(scenario="fixed-rate", throughput=991.0, config_json=paced)]
+    row = next(r for r in bars.issue7(held, None, None) if r["bar"].startswith("checkpoint-mode"))
+    assert row["ratio"] == 1.0 and row["status"] == "PASS"
+    short = [held[0], _s(scenario="fixed-rate", throughput=700.0, config_json=paced)]
+    row = next(r for r in bars.issue7(short, None, None) if r["bar"].startswith("checkpoint-mode"))
+    assert abs(row["ratio"] - 700 / 980) < 1e-9 and row["status"] == "FAIL"
+    unpaced = [_s(recovery_data="wal", throughput=1003.0), _s(throughput=991.0)]
+    row = next(r for r in bars.issue7(unpaced, None, None) if r["bar"].startswith("checkpoint-mode"))
+    assert row["status"] == "FAIL"  # full speed: no cap, 991 < 1003
+
+
+def test_fixed_rate_in_fsync_mode_uses_a_rate_the_disk_sustains():
+    from bench.scenarios import FSYNC_RATE, resolve
+    assert resolve(dict(scenario="fixed-rate", wal_mode="fsync"))["rate"] == FSYNC_RATE
+    assert resolve(dict(scenario="fixed-rate"))["rate"] == 20_000
+    assert resolve(dict(scenario="fixed-rate", wal_mode="fsync", rate=300))["rate"] == 300

@@ -19,6 +19,8 @@ BAD = [
     (["matrix", "--compression", "gzip"], "'gzip' not in"),
     (["matrix", "--store", "lmdb"], "matrix varies pagestore options"),
     (["quick", "--skip", "everything"], "not in"),
+    (["run", "--value-compressibility", "1"], "must be a number in [0, 1)"),
+    (["quick", "--value-compressibility", "-0.1"], "must be a number in [0, 1)"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
 ]

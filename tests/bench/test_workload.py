@@ -83,3 +83,46 @@ def test_two_threads_never_share_unique_keys():
     wl = GeneratedWorkload(dict(distribution="unique", key_range=10, batch=1000))
     a, b = next(wl.batches(0, 2)).keys, next(wl.batches(1, 2)).keys
     assert not set(a) & set(b)
+
+
+def _packed(values, codec):
+    import cramjam
+    blob = b"".join(values)
+    return len(bytes(getattr(cramjam, codec).compress_raw(blob) if codec == "snappy"
+                         else getattr(cramjam, codec).compress_block(blob))) / len(blob)
+
+
+@pytest.mark.parametrize("c", [0.25, 0.5, 0.8])
+def test_values_compress_by_the_configured_fraction(c):
+    from bench.workload import ValuePool
+    vals = ValuePool(100, count=2000, compressibility=c).values
+    assert all(len(v) == 100 for v in vals)
+    for codec in ("snappy", "lz4"):  # like db_bench: a fast LZ codec keeps about 1 - c
+        assert (1 - c) - 0.02 < _packed(vals, codec) < (1 - c) + 0.12, codec
+
+
+def test_zero_compressibility_is_the_random_byte_stream():
+    from bench.workload import ValuePool
+    vals = ValuePool(100, count=2000, seed=4, compressibility=0).values
+    assert _packed(vals, "snappy") > 0.99
+    assert vals == ValuePool(100, count=2000, seed=4, compressibility=0.0).values  # deterministic
+
+
+def test_generated_and_replayed_values_follow_the_option(tmp_path):
+    from bench.workload import ValuePool
+    wl = GeneratedWorkload(dict(value_compressibility=0.75, batch=3000))
+    assert _packed(next(wl.batches(0, 1)).values, "snappy") < 0.35
+    assert _packed(ValuePool(1, count=1, compressibility=0.75).by_length([100] * 3000), "snappy") < 0.4
+    with pytest.raises(ValueError, match="value_compressibility"):
+        GeneratedWorkload(dict(value_compressibility=1.0))
+
+
+def test_replayed_workload_takes_compressibility_from_its_spec(tmp_path):
+    path = _write_workload(tmp_path / "wl")
+    assert ParquetWorkload(path, 0).compressibility == 0.5            # no field: db_bench's default
+    meta = tmp_path / "wl" / "_workload.json"
+    meta.write_text(json.dumps({"spec": {"tx_size": 1, "value_compressibility": 0.0}}))
+    wl = ParquetWorkload(path, 0)
+    assert wl.compressibility == 0.0
+    assert _packed(next(wl.batches(0, 1)).values, "snappy") > 0.99
+    assert ParquetWorkload(path, 0, compressibility=0.8).compressibility == 0.8

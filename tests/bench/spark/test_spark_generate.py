@@ -143,3 +143,17 @@ def test_bad_specs_are_refused():
     with pytest.raises(ValueError):
         WorkloadSpec(ops=10, partitions=1, dist="pareto")
     assert {op for op, _ in MIX} == {OP_PUT, OP_GET, OP_DELETE, OP_SCAN}
+
+
+def test_spec_carries_value_compressibility_to_the_replaying_harness(tmp_path):
+    import json
+
+    from bench.workload import ParquetWorkload
+    spec = WorkloadSpec(ops=10, partitions=1, value_compressibility=0.25)
+    assert spec.to_json()["value_compressibility"] == 0.25
+    with pytest.raises(ValueError, match="value_compressibility"):
+        WorkloadSpec(ops=10, partitions=1, value_compressibility=1.0)
+    (tmp_path / "partition=0").mkdir()
+    (tmp_path / "partition=0" / "x.parquet").write_bytes(b"")  # only the meta is read here
+    (tmp_path / "_workload.json").write_text(json.dumps({"spec": spec.to_json()}))
+    assert ParquetWorkload(str(tmp_path), 0).compressibility == 0.25
