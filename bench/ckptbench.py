@@ -230,6 +230,7 @@ def crash_recovery(n: int = 2_200_000, crash_point: str = "checkpoint.page_writt
             out["records_replayed"] = int(rec.get("records_replayed", 0) or 0)
             out["restore_s"] = rec.get("restore_seconds")
             out["final_checkpoint_s"] = float(last.get("total_seconds", 0) or 0)
+            out["final_checkpoint"] = {k: v for k, v in last.items() if isinstance(v, (int, float))}
             if rec.get("seconds") is not None and out["restore_s"] is not None:
                 # what is left once the restore and the checkpoint that ends recovery are taken out
                 out["replay_s"] = max(1e-9, float(rec["seconds"]) - float(out["restore_s"])

@@ -450,6 +450,10 @@ class Core:
         del ids[n_p[0]:]
         return ids
 
+    def set_page_fd(self, fd: int) -> None:
+        """Page misses pread this fd (a plain posix page file); -1 goes back to `read_page`."""
+        lib.ps_set_page_fd(self._c, int(fd))
+
     def set_throttle_thresholds(self, cow_fraction: float, dirty_fraction: float) -> None:
         lib.ps_set_throttle_thresholds(self._c, float(cow_fraction), float(dirty_fraction))
 

@@ -122,6 +122,9 @@ class Database:
             physical_wal=(cfg.recovery_data == "wal"),
             snapshot_codec=cfg.recovery_compression)
         self._signals = self._core.signals
+        fd = self._pages.direct_fd()
+        if fd is not None:
+            self._core.set_page_fd(fd)
         self._begin_lsn = rec.replay_from_lsn
         new_store = self._pages.is_new()
         if new_store:

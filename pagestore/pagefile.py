@@ -53,6 +53,16 @@ class PageFile:
             raise CorruptionError(
                 f"{self.path}: size {self.file.size()} is not a multiple of the page size", self.path)
 
+    def direct_fd(self) -> int | None:
+        """The fd the C core may pread pages from itself, or None when a miss must
+        come here: sealed pages need opening, and the crash simulator (or any
+        non-posix file system) has no fd and must see every read."""
+        from diskio.posix import PosixFile
+        f = self.file
+        if self.cipher is None and isinstance(f, PosixFile) and not f.direct:
+            return f.fileno()
+        return None
+
     def read_page(self, page_id: int, buf) -> None:
         """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""
         ps = self.page_size

@@ -48,6 +48,7 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->max_key = c->max_cell - 14 < PS_MAX_KEY ? c->max_cell - 14 : PS_MAX_KEY;
     c->physical = physical_wal != 0;
     c->handle = handle;
+    c->page_fd = -1;
     c->nslots = (uint32_t)nslots;
     c->ncow = (uint32_t)ncow;
     size_t maxcells = page_size / 8 + 2;
@@ -111,6 +112,12 @@ uint64_t ps_blocked_page(ps_core *c) { return c->blocked_page; }
 const char *ps_errmsg(ps_core *c) { return c->errmsg; }
 uint32_t ps_max_key(ps_core *c) { return c->max_key; }
 uint32_t ps_max_inline(ps_core *c) { return c->leaf_inline_max - LEAF_CELL_HDR; }
+
+void ps_set_page_fd(ps_core *c, int fd) {
+    pthread_rwlock_wrlock(&c->lock);
+    c->page_fd = fd;
+    pthread_rwlock_unlock(&c->lock);
+}
 
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction) {
     pthread_rwlock_wrlock(&c->lock);

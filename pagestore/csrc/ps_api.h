@@ -192,6 +192,8 @@ int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
 int ps_ckpt_end(ps_core *c);
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out);
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction);
+/* page misses read the page file through this fd (plain posix page file), -1: the callback */
+void ps_set_page_fd(ps_core *c, int fd);
 
 /* recovery-file records in bulk, plain (no cipher) disabled / skip_garbage
  * (recframe.c; the format is checkpoint/format.py's).  ps_recframe frames n

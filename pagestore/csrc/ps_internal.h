@@ -133,6 +133,7 @@ struct ps_core {
     int phys_reset;        /* the reset record is still to be logged before the first page record */
     int phys_logged;       /* the running guarded op has logged page records */
     void *handle;
+    int page_fd;           /* >= 0: page misses pread here, no Python callback (ps_set_page_fd) */
 
     /* page memory */
     uint8_t *mem;

@@ -124,6 +124,30 @@ def test_flipped_byte_in_page_file_gives_corruption_error_never_data(tmp_path):
     assert "pages.dat" in str(e.value)
 
 
+def test_page_misses_on_posix_skip_the_python_callback_until_a_page_is_bad(tmp_path, monkeypatch):
+    from pagestore.pagefile import PageFile
+    path = tmp_path / "s"
+    with pagestore.open(path, **SMALL) as d:
+        d.put_many((b"%08d" % i, b"v" * 50) for i in range(5000))
+    calls = []
+    real = PageFile.read_page
+    monkeypatch.setattr(PageFile, "read_page", lambda self, pid, buf: (calls.append(pid), real(self, pid, buf)))
+    with pagestore.open(path, **SMALL) as d:
+        for i in range(0, 5000, 7):
+            assert d.get(b"%08d" % i) == b"v" * 50
+        assert d.stats()["page_loads"] > 1 and calls == []     # the C core read them itself
+    raw = bytearray((path / "pages.dat").read_bytes())
+    raw[len(raw) - 4096 + 2000] ^= 0x5A                            # the last page goes bad
+    (path / "pages.dat").write_bytes(bytes(raw))
+    last = len(raw) // 4096 - 1
+    with pytest.raises(pagestore.CorruptionError) as e:
+        with pagestore.open(path, **SMALL) as d:
+            for i in range(5000):
+                d.get(b"%08d" % i)
+    # the bad page went back through PageFile.read_page, which names the file
+    assert last in calls and "pages.dat" in str(e.value)
+
+
 def test_memory_smaller_than_data_replaces_clean_pages(tmp_path):
     path = tmp_path / "s"
     rng = random.Random(1)
