@@ -140,6 +140,7 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
     count = max(1, min(workers, len(queue)))
     abort = threading.Event()
     framer = getattr(source, "frame_records", None)
+    copy_frame = getattr(source, "copy_frame", None)
 
     def worker(w: int) -> tuple[int, float, int]:
         path = posixpath.join(cpdir, recovery_file_name(checkpoint_id, w))
@@ -151,9 +152,12 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
                     chunk = queue.popleft()
                 except IndexError:
                     break
-                view = memoryview(buf)[:len(chunk) * page_size]
-                source.copy_pages(chunk, view)
-                out.append(chunk, view)
+                if copy_frame is not None and out.fuses:
+                    out.append_copied(chunk, copy_frame)
+                else:
+                    view = memoryview(buf)[:len(chunk) * page_size]
+                    source.copy_pages(chunk, view)
+                    out.append(chunk, view)
                 progress.add("recovery_pages_written", len(chunk))
             if abort.is_set():
                 return 0, 0.0, 0

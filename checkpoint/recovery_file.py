@@ -96,6 +96,29 @@ class RecoveryFileWriter:
             self.flush()
         return end - start
 
+    @property
+    def fuses(self) -> bool:
+        """Plain records framed in C: `append_copied` may take pages straight from the source."""
+        return self._framer is not None
+
+    def append_copied(self, page_ids, copy_frame) -> int:
+        """Like `append`, with `copy_frame(ids, skip_garbage, out)` copying and framing the
+        pages in one pass (the store's C core) instead of an images buffer in between."""
+        start = self._fill
+        out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
+        try:
+            n, fallbacks = copy_frame(page_ids, self.codec.id == SKIP_GARBAGE, out[start:])
+        finally:
+            out.release()
+        self.gap_fallbacks += fallbacks
+        end = start + n
+        self._fill = end
+        self.offset += n
+        self.pages += len(page_ids)
+        if end >= self.FLUSH_BYTES:
+            self.flush()
+        return n
+
     def flush(self) -> None:
         """pwrite the buffered records (not synced)."""
         if self._fill:

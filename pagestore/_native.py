@@ -429,6 +429,19 @@ class Core:
         if rc:
             self._raise(rc)
 
+    def ckpt_copy_frame(self, page_ids, skip_garbage: bool, out) -> tuple[int, int]:
+        """`ckpt_copy` then `frame_recovery_records`, one page at a time without the
+        intermediate images buffer; returns (bytes framed into out, gap fallbacks)."""
+        ids, n = _u64_array(page_ids)
+        dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
+        if len(dst) < n * (self.page_size + 18):
+            raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (self.page_size + 18)}")
+        fallbacks = ffi.new("uint64_t *")
+        got = lib.ps_ckpt_copy_frame(self._c, ids, n, 1 if skip_garbage else 0, dst, len(dst), fallbacks)
+        if got < 0:
+            self._raise(int(got))
+        return int(got), fallbacks[0]
+
     def ckpt_release(self, page_ids) -> None:
         """Pages written in place: clear their in-checkpoint flag, free COW copies."""
         ids, n = _u64_array(page_ids)

@@ -559,6 +559,42 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
     return rc;
 }
 
+/* ps_ckpt_copy and ps_recframe in one pass: each page is copied (and CRC
+ * stamped) into an L1-resident scratch page under the read lock, then framed
+ * straight into `out` outside it. The two-call path writes every image to a
+ * chunk-sized buffer and reads it back, one more trip through memory per
+ * byte of the recovery-file phase. Returns the bytes framed or an error. */
+int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_garbage,
+                           uint8_t *out, size_t cap, uint64_t *gap_fallbacks) {
+    size_t per = (size_t)c->page_size + 18;   /* recovery record header (recframe.c) */
+    if (cap < n * per) return PS_E_ARG;
+    uint8_t scratch[PS_MAX_PAGE] __attribute__((aligned(64)));   /* per caller: writers run in parallel */
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        pthread_rwlock_rdlock(&c->lock);
+        int64_t s = pt_find(c, ids[i]);
+        if (s < 0 || !c->slots[s].inckpt) {
+            c->bad_page = ids[i];
+            int rc = set_err(c, PS_E_ARG, "page %llu is not part of the running checkpoint",
+                             (unsigned long long)ids[i]);
+            pthread_rwlock_unlock(&c->lock);
+            return rc;
+        }
+        const slot_t *sl = &c->slots[s];
+        memcpy(scratch, sl->cow >= 0 ? cow_page(c, (uint32_t)sl->cow) : slot_page(c, (uint32_t)s),
+               c->page_size);
+        pthread_rwlock_unlock(&c->lock);
+        wr64(scratch + H_CKPT, c->ckpt_id);
+        wr32(scratch + H_CRC, ps_page_crc(scratch, c->page_size));
+        int64_t got = ps_recframe(scratch, ids + i, 1, c->page_size, skip_garbage, out + pos, cap - pos,
+                                  gap_fallbacks);
+        if (got < 0) return got;
+        pos += (size_t)got;
+    }
+    __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
+    return (int64_t)pos;
+}
+
 /* In-checkpoint pages that hold a copy-on-write image, ascending: found
  * through the buffer's owner map, so the cost is the buffer size, not the
  * page memory size.  out must hold cow_capacity ids. */

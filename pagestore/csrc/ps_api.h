@@ -188,6 +188,9 @@ int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, ui
 int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
                   uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out);
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out);
+/* ps_ckpt_copy + ps_recframe per page, no intermediate buffer; bytes framed or PS_E_* */
+int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_garbage,
+                           uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
 int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
 int ps_ckpt_end(ps_core *c);
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out);

@@ -254,3 +254,36 @@ def test_pages_with_copy_forgets_copies_of_a_rolled_back_write():
     assert len(got) == core.signals.cow_used >= 1
     core.ckpt_release(ids)
     core.ckpt_end()
+
+
+@pytest.mark.parametrize("skip_garbage", [False, True])
+def test_copy_frame_gives_the_bytes_of_copy_then_frame(skip_garbage):
+    """ckpt_copy_frame (one pass, the recovery-file writers' path) must equal
+    ckpt_copy + frame_recovery_records byte for byte, copy-on-write pages included."""
+    rng = random.Random(3)
+    core = _native.Core(PS, 1024 * PS, 512 * PS, 0)
+    core.wal_disable()
+    core.format_new()
+    keys = []
+    for _ in range(3000):
+        k = rng.randbytes(8)
+        core.put(k, rng.randbytes(rng.randrange(150)))
+        keys.append(k)
+    ids, _ = core.ckpt_begin(9, b"")
+    for k in rng.sample(keys, 300):                   # some pages get a checkpoint-buffer copy
+        core.put(k, b"new")
+    assert core.signals.cow_used > 0
+    images = bytearray(len(ids) * PS)
+    core.ckpt_copy(ids, images)
+    want = bytearray(len(ids) * (PS + 18))
+    n_want, fb_want = _native.frame_recovery_records(ids, images, PS, skip_garbage, want)
+    got = bytearray(len(ids) * (PS + 18))
+    n_got, fb_got = core.ckpt_copy_frame(ids, skip_garbage, got)
+    assert (n_got, fb_got) == (n_want, fb_want)
+    assert got[:n_got] == want[:n_want]
+    if skip_garbage:
+        assert n_got < len(ids) * PS                  # gaps really were dropped
+    with pytest.raises(ValueError):                   # too small an output is refused, not overrun
+        core.ckpt_copy_frame(ids, skip_garbage, bytearray(PS))
+    core.ckpt_release(ids)
+    core.ckpt_end()
