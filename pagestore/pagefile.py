@@ -13,7 +13,7 @@ import os
 import threading
 
 from ._native import check_page
-from .errors import ConfigError, CorruptionError
+from .errors import ConfigError, CorruptionError, EncryptionError
 
 NAME = "pages.dat"
 
@@ -43,6 +43,10 @@ class PageFile:
         if self.cipher is not None:
             head = self.cipher.open_header(head, self.path)
         info = header_info(head)
+        if info is None and self.cipher is None and self._looks_sealed():
+            raise EncryptionError(
+                f"{self.path}: the page file is encrypted; open the store with its encryption_key",
+                self.path)
         if info is None:
             raise CorruptionError(f"{self.path}: not a pagestore page file (bad magic)", self.path)
         if info["page_size"] != self.page_size:
@@ -62,6 +66,15 @@ class PageFile:
         if self.cipher is None and isinstance(f, PosixFile) and not f.direct:
             return f.fileno()
         return None
+
+    def _looks_sealed(self) -> bool:
+        """Page 0 ends in a seal trailer (cipher.py: key id 1..255, three zero bytes) at
+        one of the page sizes: what an encrypted store's meta page looks like."""
+        from .cipher import PAGE_RESERVE, PAGE_SIZES
+        head = self.file.pread(max(PAGE_SIZES), 0)
+        return any(s <= len(head) and head[s - PAGE_RESERVE] >= 1
+                   and head[s - PAGE_RESERVE + 1:s - PAGE_RESERVE + 4] == b"\0\0\0"
+                   for s in PAGE_SIZES)
 
     def read_page(self, page_id: int, buf) -> None:
         """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""

@@ -36,6 +36,16 @@ def test_wrong_key_is_a_typed_error_naming_the_page_file(tmp_path):
     assert "pages.dat" in str(e.value)
 
 
+def test_encrypted_store_opened_without_a_key_says_so_naming_the_file(tmp_path):
+    path = tmp_path / "s"
+    fill(path, KEY)
+    with pytest.raises(pagestore.EncryptionError) as e:
+        pagestore.open(path, **OPTS)
+    assert "pages.dat" in str(e.value) and "encryption_key" in str(e.value)
+    with pagestore.open(path, encryption_key=KEY, **OPTS) as db:   # and nothing was lost
+        assert len(db) == 3000
+
+
 def test_tampered_byte_is_a_typed_error_never_plaintext_garbage(tmp_path):
     path = tmp_path / "s"
     fill(path, KEY)
