@@ -244,6 +244,22 @@ def issue5(ms, enc) -> list:
     return rows
 
 
+def _p99_row(d, ms):
+    """In extreme the checkpoints run back to back, so no op is outside one; then the
+    bar is read off the full-speed run of the default policy (checkpoints every few
+    seconds), which has both, and the row says so."""
+    bar = "default policy: p99 in checkpoints <= 2x outside"
+    src, note = d, ""
+    if not _ok(d.get("lat_p99_no_ckpt_us")):
+        src = _one(ms, scenario="full-speed", op_style="atomic", wal_mode="log_only",
+                   recovery_data="checkpoint", compression="default", throttling="default")
+        note = "extreme has no op outside a checkpoint: full-speed run"
+        if not src or not _ok(src.get("lat_p99_no_ckpt_us")):
+            return _na(6, bar, "no run with ops both in and outside checkpoints")
+    return _row(6, bar, f"{_f(src['lat_p99_ckpt_us'], 1)} vs {_f(src['lat_p99_no_ckpt_us'], 1)} µs",
+                _div(src["lat_p99_ckpt_us"], src["lat_p99_no_ckpt_us"]), "<=", 2.0, note)
+
+
 def issue6(ms) -> list:
     pol = {s["throttling"]: s for s in _by(ms, scenario="extreme", recovery_data="checkpoint",
                                             compression="default", op_style="atomic", wal_mode="log_only")}
@@ -253,10 +269,7 @@ def issue6(ms) -> list:
     rows = [_row(6, "default policy: 0 stalls", str(d["stalls"]), float(d["stalls"]), "<=", 0),
             _row(6, "default policy: no park over 100 ms", f"{_f(d['park_seconds_max'] * 1000, 1)} ms",
                  d["park_seconds_max"] / 0.1, "<=", 1.0),
-            _row(6, "default policy: p99 in checkpoints <= 2x outside",
-                 f"{_f(d['lat_p99_ckpt_us'], 1)} vs {_f(d['lat_p99_no_ckpt_us'], 1)} µs",
-                 _div(d["lat_p99_ckpt_us"], d["lat_p99_no_ckpt_us"]), "<=", 2.0,
-                 "" if _ok(d["lat_p99_no_ckpt_us"]) else "no op outside a checkpoint (back to back)")]
+            _p99_row(d, ms)]
     others = {k: v for k, v in pol.items() if k not in ("default", "adaptive")}
     if others:
         k, o = max(others.items(), key=lambda kv: kv[1]["throughput"])

@@ -108,3 +108,16 @@ def test_fixed_rate_in_fsync_mode_uses_a_rate_the_disk_sustains():
     assert resolve(dict(scenario="fixed-rate", wal_mode="fsync"))["rate"] == FSYNC_RATE
     assert resolve(dict(scenario="fixed-rate"))["rate"] == 20_000
     assert resolve(dict(scenario="fixed-rate", wal_mode="fsync", rate=300))["rate"] == 300
+
+
+def test_p99_bar_falls_back_to_the_full_speed_run_when_extreme_has_no_outside():
+    nan = float("nan")
+    ms = [_s(scenario="extreme", lat_p99_ckpt_us=150.0, lat_p99_no_ckpt_us=nan),
+          _s(scenario="full-speed", lat_p99_ckpt_us=30.0, lat_p99_no_ckpt_us=2.0)]
+    row = next(r for r in bars.issue6(ms) if "p99" in r["bar"])
+    assert row["status"] == "FAIL" and abs(row["ratio"] - 15.0) < 1e-9 and "full-speed" in row["note"]
+    ms[1]["lat_p99_ckpt_us"] = 3.0
+    row = next(r for r in bars.issue6(ms) if "p99" in r["bar"])
+    assert row["status"] == "PASS"
+    row = next(r for r in bars.issue6(ms[:1]) if "p99" in r["bar"])
+    assert row["status"] == "n/a"
