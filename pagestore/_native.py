@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+import os
 import threading
 from array import array
 
@@ -615,6 +616,19 @@ __all__ = [
     "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
     "MAX_KEY", "MAX_VALUE", "wal_scan",
 ]
+
+
+def pwrite_pages(fd: int, page_ids, images, page_size: int) -> int:
+    """Write page images in place through `fd`, without the GIL (pagemem.c); bytes
+    written. Raises OSError (with errno) on a failed write; ids must ascend."""
+    ids, n = _u64_array(page_ids)
+    src = ffi.from_buffer(images)
+    if len(src) < n * page_size:
+        raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
+    got = lib.ps_pwrite_pages(int(fd), ids, n, src, page_size)
+    if got < 0:
+        raise OSError(int(-got), os.strerror(int(-got)))
+    return int(got)
 
 
 # -- recovery-file records (recframe.c; format in checkpoint/format.py) ------------

@@ -197,6 +197,8 @@ int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction);
 /* page misses read the page file through this fd (plain posix page file), -1: the callback */
 void ps_set_page_fd(ps_core *c, int fd);
+/* write page images in place (ids ascending; adjacent runs in one pwrite); bytes or -errno */
+int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *images, uint32_t page_size);
 
 /* recovery-file records in bulk, plain (no cipher) disabled / skip_garbage
  * (recframe.c; the format is checkpoint/format.py's).  ps_recframe frames n
