@@ -13,6 +13,7 @@ unless ``keep`` is set.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -38,6 +39,10 @@ def run(config: dict, workload=None, node: int = 0, progress=None) -> dict:
     """Run one configuration on one node; see the module docstring."""
     cfg = resolve(config)
     run_id = cfg.get("run_id") or new_run_id()
+    # Earlier runs leave dirty page cache behind (their stores are deleted, their
+    # writeback is not): without this, the kernel writes it back inside the next
+    # run's window and the first run of a block pays for the last one.
+    os.sync()
     path = tempfile.mkdtemp(prefix=f"bench-{cfg['store']}-", dir=cfg.get("data_dir"))
     try:
         store = open_store(cfg["store"], path, cfg)
