@@ -89,9 +89,13 @@ class RecoveryFileWriter:
             end = self._append_plain(page_ids, images, start)
         else:
             end = self._append_encoded(page_ids, images, start)
+        return self._queued(start, end, len(page_ids))
+
+    def _queued(self, start: int, end: int, pages: int) -> int:
+        """Records of `pages` pages now fill [start, end) of the buffer; flush past FLUSH_BYTES."""
         self._fill = end
         self.offset += end - start
-        self.pages += len(page_ids)
+        self.pages += pages
         if end >= self.FLUSH_BYTES:
             self.flush()
         return end - start
@@ -111,13 +115,7 @@ class RecoveryFileWriter:
         finally:
             out.release()
         self.gap_fallbacks += fallbacks
-        end = start + n
-        self._fill = end
-        self.offset += n
-        self.pages += len(page_ids)
-        if end >= self.FLUSH_BYTES:
-            self.flush()
-        return n
+        return self._queued(start, start + n, len(page_ids))
 
     def flush(self) -> None:
         """pwrite the buffered records (not synced)."""

@@ -13,11 +13,22 @@ import os
 import threading
 
 from diskio import DiskIOError
+from diskio.posix import PosixFile
 
 from ._native import check_page, pwrite_pages
 from .errors import ConfigError, CorruptionError, EncryptionError
 
 NAME = "pages.dat"
+
+
+def looks_sealed(head: bytes) -> bool:
+    """`head` (the first bytes of a page file) ends a page in a seal trailer
+    (cipher.py: key id 1..255, three zero bytes) at one of the page sizes: what
+    an encrypted store's meta page looks like to a reader without the key."""
+    from .cipher import PAGE_RESERVE, PAGE_SIZES
+    return any(s <= len(head) and head[s - PAGE_RESERVE] >= 1
+               and head[s - PAGE_RESERVE + 1:s - PAGE_RESERVE + 4] == b"\0\0\0"
+               for s in PAGE_SIZES)
 
 
 class PageFile:
@@ -32,6 +43,11 @@ class PageFile:
         self.file = fs.open(self.path, create=not exists)
         if not exists:
             fs.fsync_dir(dirpath)
+        # Sealed pages need opening here, and the crash simulator (any non-posix
+        # file system) has no fd and must see every read and write.
+        f = self.file
+        self._fd = (f.fileno() if cipher is None and isinstance(f, PosixFile) and not f.direct
+                    else None)
 
     def page_count_on_disk(self) -> int:
         return self.file.size() // self.page_size
@@ -45,7 +61,7 @@ class PageFile:
         if self.cipher is not None:
             head = self.cipher.open_header(head, self.path)
         info = header_info(head)
-        if info is None and self.cipher is None and self._looks_sealed():
+        if info is None and self.cipher is None and looks_sealed(self.file.pread(16384, 0)):
             raise EncryptionError(
                 f"{self.path}: the page file is encrypted; open the store with its encryption_key",
                 self.path)
@@ -60,23 +76,9 @@ class PageFile:
                 f"{self.path}: size {self.file.size()} is not a multiple of the page size", self.path)
 
     def direct_fd(self) -> int | None:
-        """The fd the C core may pread pages from itself, or None when a miss must
-        come here: sealed pages need opening, and the crash simulator (or any
-        non-posix file system) has no fd and must see every read."""
-        from diskio.posix import PosixFile
-        f = self.file
-        if self.cipher is None and isinstance(f, PosixFile) and not f.direct:
-            return f.fileno()
-        return None
-
-    def _looks_sealed(self) -> bool:
-        """Page 0 ends in a seal trailer (cipher.py: key id 1..255, three zero bytes) at
-        one of the page sizes: what an encrypted store's meta page looks like."""
-        from .cipher import PAGE_RESERVE, PAGE_SIZES
-        head = self.file.pread(max(PAGE_SIZES), 0)
-        return any(s <= len(head) and head[s - PAGE_RESERVE] >= 1
-                   and head[s - PAGE_RESERVE + 1:s - PAGE_RESERVE + 4] == b"\0\0\0"
-                   for s in PAGE_SIZES)
+        """The fd the C core may read and write pages through itself, or None when
+        every page must pass through this class."""
+        return self._fd
 
     def read_page(self, page_id: int, buf) -> None:
         """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""
@@ -101,10 +103,9 @@ class PageFile:
     def write_pages(self, page_ids, images) -> None:
         """Write sealed page images in place; runs of adjacent ids become one write."""
         ps = self.page_size
-        fd = self.direct_fd()
-        if fd is not None:      # plain posix: one C call, adjacent runs coalesced, no GIL
+        if self._fd is not None:   # plain posix: one C call, adjacent runs coalesced, no GIL
             try:
-                n = pwrite_pages(fd, page_ids, images, ps)
+                n = pwrite_pages(self._fd, page_ids, images, ps)
             except OSError as e:
                 raise DiskIOError(e.errno, e.strerror, self.path) from e
             with self._count_lock:

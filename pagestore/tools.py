@@ -3,7 +3,7 @@
 Nothing here writes, creates, renames or locks anything: every file is
 opened O_RDONLY (through `ReadOnlyFS`, which offers the part of the diskio
 interface the checkpoint readers call), WAL segments are mapped read-only,
-and the WAL is read with `wal.reader.read_record` / `wal.reader.scan` over
+and the WAL is read with `wal.reader.segment_records` / `wal.reader.scan` over
 a view of the slot files, never through `Wal.recover` (which cuts the tail).
 `docs/tools.md` describes the commands built on these readers.
 """
@@ -23,15 +23,14 @@ from checkpoint.compression import CODEC_NAMES
 from checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
 from checkpoint.markers import cp_dir, read_marker, scan as scan_cp
-from wal.format import BLOCK, BLOCK_HDR_LEN, FIRST_RECORD, SEG_HDR_LEN, TYPE_NAMES, \
-    decode_segment_header
+from wal.format import TYPE_NAMES
 from wal.sealed import is_sealed, open_segment, physical_size
-from wal.reader import RecoveryReport, WalRecoveryWarning, read_record, scan as scan_wal_chain
-from wal.segments import Slot
+from wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
+from wal.segments import read_slot
 
 from . import _native
 from .errors import EncryptionError
-from .pagefile import NAME as PAGE_FILE
+from .pagefile import NAME as PAGE_FILE, looks_sealed
 
 __all__ = ["ToolError", "ReadOnlyFS", "lock_holder", "page_file", "bad_pages", "free_pages",
            "checkpoint_dir", "recovery_file_summary", "wal_slots", "SegmentView", "walk_segment",
@@ -155,9 +154,7 @@ def page_file(store: str, cipher=None) -> dict:
             return out
     info = _native.file_header_info(head)
     if info is None:
-        out["looks_encrypted"] = cipher is None and any(
-            s <= len(head) and 1 <= head[s - 32] and head[s - 31:s - 28] == b"\0\0\0"
-            for s in _PAGE_SIZES)
+        out["looks_encrypted"] = cipher is None and looks_sealed(head)
         out["header_error"] = "bad magic: page 0 is not a pagestore meta page"
         return out
     ps = info["page_size"]
@@ -293,17 +290,10 @@ def wal_slots(store: str):
         m = _SEG_NAME.match(name)
         if not m:
             continue
-        path = posixpath.join(d, name)
-        f = ReadOnlyFile(path)
-        try:
-            size = f.size()
-            raw = f.pread(min(size, SEG_HDR_LEN), 0)
-        finally:
-            f.close()
-        header = decode_segment_header(raw)
-        if header is not None:
-            sizes.add(header.segment_size)
-        slots.append(Slot(int(m.group(1)), path, size, header, not any(raw)))
+        slot = read_slot(ReadOnlyFile, posixpath.join(d, name), int(m.group(1)))
+        if slot.header is not None:
+            sizes.add(slot.header.segment_size)
+        slots.append(slot)
     seg_size = max(sizes) if len(sizes) == 1 else None
     return slots, seg_size, sorted(sizes)
 
@@ -352,15 +342,11 @@ class SegmentView:
 def walk_segment(view: SegmentView, slot) -> dict:
     """Records of one segment from its first record to the first invalid one."""
     S, seq = view.segment_size, slot.seq
-    buf, base, good = view.read_buffer(slot), seq * S, set()
+    buf, base = view.read_buffer(slot), seq * S
     out = {"slot": slot.number, "file": slot.path, "seq": seq, "bytes": slot.size,
            "prev_end_lsn": slot.header.prev_end_lsn, "records": 0, "first_lsn": None,
            "last_lsn": None, "end_lsn": None, "types": {}, "checkpoint_ids": []}
-    o = FIRST_RECORD
-    while o < S and o % BLOCK >= BLOCK_HDR_LEN:
-        rec = read_record(buf, base, o, S, good)
-        if isinstance(rec, str):
-            break
+    for rec in segment_records(buf, base, S):
         out["records"] += 1
         if out["first_lsn"] is None:
             out["first_lsn"] = rec.lsn
@@ -369,9 +355,6 @@ def walk_segment(view: SegmentView, slot) -> dict:
         out["types"][name] = out["types"].get(name, 0) + 1
         if name == "CHECKPOINT":
             out["checkpoint_ids"].append(rec.checkpoint_id)
-        o = rec.end_lsn - base
-        if o % BLOCK == 0:
-            o += BLOCK_HDR_LEN
     return out
 
 

@@ -62,9 +62,9 @@ import cramjam
 
 from diskio import PosixFS
 
-from .format import BLOCK, BLOCK_HDR_LEN, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
+from .format import BLOCK, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
     ROLLBACK, crc32c, decode_segment_header, payload_well_formed, physical_end
-from .reader import Record, read_record
+from .reader import Record, segment_records as records_of
 from .sealed import NoKeyError, is_sealed, logical_segment
 
 __all__ = ["CompactedFile", "DEFAULT_MEMORY_BUDGET", "KEPT", "PLAIN_NAME", "COMPACT_NAME", "bound_archive",
@@ -124,25 +124,7 @@ def segment_records(buf, cipher=None, path=None):
     if is_sealed(h):
         buf = logical_segment(buf, cipher, path, h)
     size = min(h.segment_size, len(buf) - len(buf) % BLOCK)
-    base = h.seq * h.segment_size
-
-    def gen():
-        good: set = set()
-        p = base
-        while True:
-            o = p - base
-            if o < FIRST_RECORD:
-                o = FIRST_RECORD
-            elif o % BLOCK == 0:
-                o += BLOCK_HDR_LEN
-            if o >= size or o % BLOCK < BLOCK_HDR_LEN:
-                return
-            rec = read_record(buf, base, o, size, good)
-            if type(rec) is str:
-                return
-            yield rec
-            p = rec.end_lsn
-    return h, gen()
+    return h, records_of(buf, h.seq * h.segment_size, size)
 
 
 # -- compacted files -------------------------------------------------------------

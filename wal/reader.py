@@ -34,6 +34,7 @@ from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, CONTINUED, DELETE
                      decode_block_header, payload_well_formed, physical_end)
 
 __all__ = ["RUN", "Record", "RecordRun", "RecoveryReport", "ScanEnd", "WalRecoveryWarning",
+           "record_offset", "segment_records",
            "committed_raw", "committed_records", "scan"]
 
 RUN = 0   # the `type` of a RecordRun: not a record type of the format
@@ -285,6 +286,33 @@ def read_record(buf, base: int, o: int, size: int, good: set):
 
 
 # -- the scan --------------------------------------------------------------------
+def record_offset(p: int, base: int, size: int) -> int | None:
+    """Offset in its segment of the record that begins at LSN `p` (a block
+    header at a block's start is stepped over), or None when no record can
+    begin there: the segment's end, or inside a block header."""
+    o = p - base
+    if o < FIRST_RECORD:
+        o = FIRST_RECORD
+    elif o % BLOCK == 0:
+        o += BLOCK_HDR_LEN
+    if o >= size or o % BLOCK < BLOCK_HDR_LEN:
+        return None
+    return o
+
+
+def segment_records(buf, base: int, size: int):
+    """The valid records of one segment buffer, from its first record to the first
+    invalid one (no lookahead: for tools and the archive, not for recovery)."""
+    good: set = set()
+    o = record_offset(base, base, size)
+    while o is not None:
+        rec = read_record(buf, base, o, size, good)
+        if type(rec) is str:
+            return
+        yield rec
+        o = record_offset(rec.end_lsn, base, size)
+
+
 def scan(segs, from_lsn: int, report: RecoveryReport):
     """Yield valid records from `from_lsn`; returns a ScanEnd (use `yield from`).
 
@@ -314,12 +342,8 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
             chain.append(cur)
             buf, base, good = segs.read_buffer(cur), seq * S, set()
             while True:
-                o = p - base
-                if o < FIRST_RECORD:
-                    o = FIRST_RECORD
-                elif o % BLOCK == 0:
-                    o += BLOCK_HDR_LEN
-                if o >= S or o % BLOCK < BLOCK_HDR_LEN:
+                o = record_offset(p, base, S)
+                if o is None:
                     fail = None
                     break
                 if bulk is not None:

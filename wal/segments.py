@@ -43,7 +43,7 @@ from diskio import PosixFS, aligned_buffer
 from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
 from .sealed import BlockSealer, is_sealed, open_segment, physical_offset, physical_size, tail_offset
 
-__all__ = ["Segments", "Slot", "slot_name", "WRITE_PATHS"]
+__all__ = ["Segments", "Slot", "read_slot", "slot_name", "WRITE_PATHS"]
 
 WRITE_PATHS = ("mmap", "pwrite")
 
@@ -74,6 +74,17 @@ class Slot:
 
     def __repr__(self) -> str:
         return f"Slot({self.path}, seq={self.seq}, size={self.size})"
+
+
+def read_slot(open_file, path: str, number: int) -> Slot:
+    """The Slot of a slot file from its first bytes; `open_file(path)` gives a diskio File."""
+    f = open_file(path)
+    try:
+        size = f.size()
+        raw = f.pread(min(size, SEG_HDR_LEN), 0)
+    finally:
+        f.close()
+    return Slot(number, path, size, decode_segment_header(raw), not any(raw))
 
 
 class _Live:
@@ -143,18 +154,11 @@ class Segments:
             m = _NAME.match(name)
             if not m:
                 continue
-            path = posixpath.join(self.dir, name)
-            f = self.fs.open(path)
-            try:
-                size = f.size()
-                raw = f.pread(min(size, SEG_HDR_LEN), 0)
-            finally:
-                f.close()
-            header = decode_segment_header(raw)
-            if header is not None and header.segment_size != self.segment_size:
-                raise ValueError(f"{path} was written with segment_size {header.segment_size}, "
+            slot = read_slot(self.fs.open, posixpath.join(self.dir, name), int(m.group(1)))
+            if slot.header is not None and slot.header.segment_size != self.segment_size:
+                raise ValueError(f"{slot.path} was written with segment_size {slot.header.segment_size}, "
                                  f"this store uses {self.segment_size}")
-            self.slots[int(m.group(1))] = Slot(int(m.group(1)), path, size, header, not any(raw))
+            self.slots[slot.number] = slot
         self.free = set(self.slots)
         self.held = {}
         return sorted(self.slots.values(), key=lambda s: s.number)

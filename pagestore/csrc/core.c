@@ -536,23 +536,33 @@ out:
     return rc;
 }
 
+/* The checkpoint image of page `id` (its copy-on-write copy if a writer
+ * changed it since ckpt_begin, else the live page) into dst; read lock held. */
+static int copy_ckpt_image(ps_core *c, uint64_t id, uint8_t *dst) {
+    int64_t s = pt_find(c, id);
+    if (s < 0 || !c->slots[s].inckpt) {
+        c->bad_page = id;
+        return set_err(c, PS_E_ARG, "page %llu is not part of the running checkpoint",
+                       (unsigned long long)id);
+    }
+    const slot_t *sl = &c->slots[s];
+    memcpy(dst, sl->cow >= 0 ? cow_page(c, (uint32_t)sl->cow) : slot_page(c, (uint32_t)s), c->page_size);
+    return PS_OK;
+}
+
+/* What the page file and the recovery files hold: the checkpoint id and the CRC. */
+static void stamp_ckpt_image(const ps_core *c, uint8_t *img) {
+    wr64(img + H_CKPT, c->ckpt_id);
+    wr32(img + H_CRC, ps_page_crc(img, c->page_size));
+}
+
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
     pthread_rwlock_rdlock(&c->lock);
     int rc = PS_OK;
-    for (size_t i = 0; i < n; i++) {
-        int64_t s = pt_find(c, ids[i]);
-        if (s < 0 || !c->slots[s].inckpt) {
-            c->bad_page = ids[i];
-            rc = set_err(c, PS_E_ARG, "page %llu is not part of the running checkpoint",
-                         (unsigned long long)ids[i]);
-            break;
-        }
-        const slot_t *sl = &c->slots[s];
+    for (size_t i = 0; i < n && rc == PS_OK; i++) {
         uint8_t *dst = out + i * (size_t)c->page_size;
-        memcpy(dst, sl->cow >= 0 ? cow_page(c, (uint32_t)sl->cow) : slot_page(c, (uint32_t)s),
-               c->page_size);
-        wr64(dst + H_CKPT, c->ckpt_id);
-        wr32(dst + H_CRC, ps_page_crc(dst, c->page_size));
+        rc = copy_ckpt_image(c, ids[i], dst);
+        if (rc == PS_OK) stamp_ckpt_image(c, dst);
     }
     if (rc == PS_OK) __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
     pthread_rwlock_unlock(&c->lock);
@@ -572,20 +582,10 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_g
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
         pthread_rwlock_rdlock(&c->lock);
-        int64_t s = pt_find(c, ids[i]);
-        if (s < 0 || !c->slots[s].inckpt) {
-            c->bad_page = ids[i];
-            int rc = set_err(c, PS_E_ARG, "page %llu is not part of the running checkpoint",
-                             (unsigned long long)ids[i]);
-            pthread_rwlock_unlock(&c->lock);
-            return rc;
-        }
-        const slot_t *sl = &c->slots[s];
-        memcpy(scratch, sl->cow >= 0 ? cow_page(c, (uint32_t)sl->cow) : slot_page(c, (uint32_t)s),
-               c->page_size);
+        int rc = copy_ckpt_image(c, ids[i], scratch);
         pthread_rwlock_unlock(&c->lock);
-        wr64(scratch + H_CKPT, c->ckpt_id);
-        wr32(scratch + H_CRC, ps_page_crc(scratch, c->page_size));
+        if (rc != PS_OK) return rc;
+        stamp_ckpt_image(c, scratch);
         int64_t got = ps_recframe(scratch, ids + i, 1, c->page_size, skip_garbage, out + pos, cap - pos,
                                   gap_fallbacks);
         if (got < 0) return got;

@@ -152,27 +152,8 @@ def test_page_with_wrong_id_is_refused():
         again.verify()
 
 
-def test_verify_catches_keys_out_of_order_in_a_sealed_page():
-    disk, rng, model = Disk(), random.Random(5), {}
-    core = new_core(disk, 256 * PS)
-    core.format_new()
-    for i in range(50):
-        core.put(b"k%03d" % i, b"v")
-    disk.checkpoint(core)
-    core.close()
-    root = _native.file_header_info(disk.pages[0])["root"]
-    leaf = bytearray(disk.pages[root])
-    s0, s1 = leaf[40:46], leaf[46:52]                   # swap the first two 6-byte slots
-    leaf[40:46], leaf[46:52] = s1, s0
-    _native.seal_page(leaf, root, PS)
-    disk.pages[root] = bytes(leaf)
-    again = new_core(disk, 256 * PS)
-    again.open_existing(len(disk.pages))
-    with pytest.raises(CorruptionError, match="out of order"):
-        again.verify()
-
-
-def test_verify_catches_a_nonzero_byte_in_a_sealed_page_gap():
+def _one_leaf_store():
+    """A checkpointed 50-key tree that is a single leaf: (disk, root id, leaf bytes)."""
     disk = Disk()
     core = new_core(disk, 256 * PS)
     core.format_new()
@@ -181,16 +162,32 @@ def test_verify_catches_a_nonzero_byte_in_a_sealed_page_gap():
     disk.checkpoint(core)
     core.close()
     root = _native.file_header_info(disk.pages[0])["root"]
-    leaf = bytearray(disk.pages[root])
-    lo, hi = int.from_bytes(leaf[24:26], "little"), int.from_bytes(leaf[26:28], "little")
-    assert lo < hi and leaf[lo:hi] == bytes(hi - lo)
-    leaf[(lo + hi) // 2] = 0x5A
-    _native.seal_page(leaf, root, PS)                  # a valid CRC: only verify can tell
+    return disk, root, bytearray(disk.pages[root])
+
+
+def _verify_after_resealing(disk, root, leaf, match):
+    """Write `leaf` back with a valid CRC: only verify's structural checks can tell."""
+    _native.seal_page(leaf, root, PS)
     disk.pages[root] = bytes(leaf)
     again = new_core(disk, 256 * PS)
     again.open_existing(len(disk.pages))
-    with pytest.raises(CorruptionError, match="gap not zeroed"):
+    with pytest.raises(CorruptionError, match=match):
         again.verify()
+
+
+def test_verify_catches_keys_out_of_order_in_a_sealed_page():
+    disk, root, leaf = _one_leaf_store()
+    s0, s1 = leaf[40:46], leaf[46:52]                   # swap the first two 6-byte slots
+    leaf[40:46], leaf[46:52] = s1, s0
+    _verify_after_resealing(disk, root, leaf, "out of order")
+
+
+def test_verify_catches_a_nonzero_byte_in_a_sealed_page_gap():
+    disk, root, leaf = _one_leaf_store()
+    lo, hi = int.from_bytes(leaf[24:26], "little"), int.from_bytes(leaf[26:28], "little")
+    assert lo < hi and leaf[lo:hi] == bytes(hi - lo)
+    leaf[(lo + hi) // 2] = 0x5A
+    _verify_after_resealing(disk, root, leaf, "gap not zeroed")
 
 
 def test_read_page_exception_is_reraised_and_nothing_changes():
