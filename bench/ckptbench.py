@@ -66,8 +66,8 @@ def writer():
     vals = ValuePool(a["value_size"], seed=10).take(4096)
     while not stop:
         ks = make_keys(np.arange(i, i + 4096, dtype=np.uint64), 16)
-        for k, v in zip(ks, vals):
-            db.put(k, v)
+        for s in range(0, 4096, 64):
+            db.put_many(list(zip(ks[s:s + 64], vals[s:s + 64])))
         i += 4096
 threading.Thread(target=writer, daemon=True).start()
 db.checkpoint()

@@ -386,6 +386,24 @@ class Core:
             self._raise(rc)
         return {name: getattr(info, name) for name in _VERIFY_FIELDS}
 
+    def stash(self, page_ids, images) -> int:
+        """Before `open_existing`: keep page images just restored in place as
+        clean resident pages (recovery's restore feeds each batch it writes), so
+        replay does not miss on them. Images failing their checks are skipped;
+        stops when page memory has no free slot. Returns how many were kept."""
+        n = len(page_ids)
+        buf = ffi.from_buffer(images)
+        if len(buf) < n * self.page_size:
+            raise ValueError(f"{n} page ids but {len(buf)} bytes of images")
+        if getattr(page_ids, "typecode", None) == "Q":     # array('Q'): no copy
+            ids = ffi.from_buffer("uint64_t[]", page_ids) if n else ffi.NULL
+        else:
+            ids = ffi.new("uint64_t[]", list(page_ids)) if n else ffi.NULL
+        r = lib.ps_stash_pages(self._c, ids, buf, n)
+        if r < 0:
+            self._raise(r)
+        return r
+
     def preload(self, first_page_id: int, images) -> int:
         """Install on-disk page images (consecutive ids from first_page_id, as read
         from the page file) into free slots; returns how many were installed.
@@ -537,27 +555,45 @@ WAL_SCAN_CHUNK = 4 << 20
 
 
 def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_SCAN_CHUNK):
-    """The valid prefix of simple records (PUT/DELETE, txid 0) of one WAL segment.
+    """The valid prefix of simple records of one WAL segment: PUT/DELETE with
+    txid 0, and whole transactions written in one piece (their operations up to
+    and including the COMMIT whose nops matches; see ps_wal_scan in walenc.c).
 
     `buf` is the segment (segment_size bytes), `base_lsn` the LSN of its byte 0,
     `offset` where the reader would read next. Returns (count, raw, end_offset):
-    `raw` a bytearray of the `count` records with block headers removed (at most
-    `cap` bytes, the input of `Core.apply_log`), `end_offset` where the reader
-    goes on. The C scanner applies the validity rule of docs/wal-format.md and
-    stops before the first record that is invalid, not simple, or too big for
-    `cap`; the Python reader decides everything at that point.
+    `count` records consumed (COMMITs included), `raw` the operations among them
+    with block headers removed (at most `cap` bytes, the input of
+    `Core.apply_log`), `end_offset` where the reader goes on. The C scanner
+    applies the validity rule of docs/wal-format.md and stops before the first
+    record that is invalid, not simple, or too big for `cap`; the Python reader
+    decides everything at that point. A record or transaction too big for
+    `cap` at `offset` is scanned again with room for the whole segment.
     """
     src = ffi.from_buffer(buf)
     if len(src) < segment_size:
         raise ValueError(f"segment buffer of {len(src)} bytes, segment_size {segment_size}")
-    out = bytearray(cap)
+    if cap > WAL_SCAN_CHUNK:
+        scratch = bytearray(cap)               # a rare big transaction: not kept
+    else:
+        # One scratch per thread, reused: the scanner runs before every record
+        # the Python reader takes, and a fresh 4 MiB bytearray per call (it is
+        # zeroed) cost 40 us a record, 25x the replay itself.
+        scratch = getattr(_scan_tls, "buf", None)
+        if scratch is None or len(scratch) < cap:
+            scratch = _scan_tls.buf = bytearray(cap)
     out_len = ffi.new("size_t *")
     end = ffi.new("uint64_t *")
-    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(out), cap, out_len, end)
+    big = ffi.new("int *")
+    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
+                        out_len, end, big)
+    if n == 0 and big[0] and cap < segment_size:
+        return wal_scan(buf, base_lsn, offset, segment_size, segment_size)
     if n < 0:
         raise ValueError(f"bad WAL scan arguments (status {n})")
-    del out[out_len[0]:]
-    return n, out, end[0]
+    return n, bytes(memoryview(scratch)[:out_len[0]]), end[0]
+
+
+_scan_tls = threading.local()
 
 
 # -- page helpers -------------------------------------------------------------------

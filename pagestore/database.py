@@ -70,6 +70,22 @@ class _Snapshot:
         self.page_ids, self.wal_lsn, self.lock_seconds = page_ids, wal_lsn, lock_seconds
 
 
+class _RestoreSink:
+    """Where recovery's restore writes pages: in place in the page file, and
+    kept resident in the (not yet opened) core for the replay that follows."""
+    __slots__ = ("_pages", "_core")
+
+    def __init__(self, pages, core):
+        self._pages, self._core = pages, core
+
+    def write_pages(self, page_ids, images) -> None:
+        self._pages.write_pages(page_ids, images)
+        self._core.stash(page_ids, images)
+
+    def sync(self) -> None:
+        self._pages.sync()
+
+
 class Database:
     """An open store. Thread-safe: any number of threads may call it at once."""
 
@@ -99,10 +115,19 @@ class Database:
             self._cipher = Cipher.from_option(cfg.encryption_key)
         self._pages = PageFile(fs, self.path, cfg.page_size, self._cipher)
         t0 = time.perf_counter()
+        # The core exists before recovery so the restore can leave the pages it
+        # writes back resident (Core.stash): the replay then finds them in memory.
+        self._core = _native.Core(
+            page_size=cfg.page_size, memory_size=cfg.memory_size,
+            checkpoint_buffer_size=cfg.cow_buffer_size,
+            page_reserve=self._cipher.page_reserve if self._cipher else 0,
+            read_page=self._pages.read_page, wal_segment=self._wal_segment,
+            physical_wal=(cfg.recovery_data == "wal"),
+            snapshot_codec=cfg.recovery_compression)
         wal_dir = os.path.join(self.path, "wal")
         try:
             rec = _recovery.recover(
-                fs, self.path, self._pages, page_size=cfg.page_size,
+                fs, self.path, _RestoreSink(self._pages, self._core), page_size=cfg.page_size,
                 wal_records=lambda lsn: self._physical_records(wal_dir, lsn),
                 seal_page=_native.seal_page, cipher=self._cipher,
                 parse_records=_native.parse_recovery_records)
@@ -114,13 +139,6 @@ class Database:
         # torn page 0 that only the restore makes whole again.
         if not self._pages.is_new():
             self._pages.check_header(_native.file_header_info)
-        self._core = _native.Core(
-            page_size=cfg.page_size, memory_size=cfg.memory_size,
-            checkpoint_buffer_size=cfg.cow_buffer_size,
-            page_reserve=self._cipher.page_reserve if self._cipher else 0,
-            read_page=self._pages.read_page, wal_segment=self._wal_segment,
-            physical_wal=(cfg.recovery_data == "wal"),
-            snapshot_codec=cfg.recovery_compression)
         self._signals = self._core.signals
         fd = self._pages.direct_fd()
         if fd is not None:

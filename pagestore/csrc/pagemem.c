@@ -420,6 +420,20 @@ void meta_to_page(const ps_core *c, uint8_t *p) {
     wr16(p + H_FREEHI, (uint16_t)c->usable);
 }
 
+/* Put one checked on-disk image of page `id` into a free slot as a clean
+ * page: 1 installed, 0 skipped (no free slot, or the image fails its checks:
+ * a later miss reads it and reports the file). */
+static int64_t install_image(ps_core *c, uint64_t id, const uint8_t *src) {
+    if (!c->nfree || !ps_check_page(src, c->page_size, id)) return 0;
+    if (pt_reserve(c, id)) return PS_E_NOMEM;
+    uint32_t s = c->free_slots[--c->nfree];
+    uint8_t *p = slot_page(c, s);
+    memcpy(p, src, c->page_size);
+    wr32(p + H_CRC, 0);
+    slot_claim(c, s, id);
+    return 1;
+}
+
 /* Install on-disk images of pages first_id.. (n images of page_size bytes)
  * into free slots, as a miss would load them, without evicting anything:
  * pages already resident, beyond page_count or failing their checks are
@@ -431,15 +445,43 @@ int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t
         uint64_t id = first_id + i;
         if (id >= c->meta.page_count) break;
         if (pt_find(c, id) >= 0) continue;
-        const uint8_t *src = pages + i * (size_t)c->page_size;
-        if (!ps_check_page(src, c->page_size, id)) continue;
-        if (pt_reserve(c, id)) return PS_E_NOMEM;
-        uint32_t s = c->free_slots[--c->nfree];
-        uint8_t *p = slot_page(c, s);
-        memcpy(p, src, c->page_size);
-        wr32(p + H_CRC, 0);
-        slot_claim(c, s, id);
-        done++;
+        int64_t r = install_image(c, id, pages + i * (size_t)c->page_size);
+        if (r < 0) return r;
+        done += r;
     }
     return done;
+}
+
+/* Before the meta page is read (recovery's restore): keep the images just
+ * written in place as clean resident pages, so the replay that follows finds
+ * the interrupted checkpoint's pages in memory instead of missing on each
+ * (Ignite restores into page memory the same way).  An id seen again
+ * replaces the older image.  Returns the number installed (write lock held). */
+int64_t page_stash(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n) {
+    int64_t done = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t old = pt_find(c, ids[i]);
+        if (old >= 0) {
+            pt_remove(c, ids[i]);
+            slot_release(c, (uint32_t)old);
+        }
+        if (!c->nfree) break;
+        int64_t r = install_image(c, ids[i], pages + i * (size_t)c->page_size);
+        if (r < 0) return r;
+        done += r;
+    }
+    return done;
+}
+
+/* After the meta page is read: drop stashed pages the tree cannot reach
+ * (ids at or beyond page_count), so a later page_new of such an id cannot
+ * find a stale image resident. */
+void page_drop_beyond(ps_core *c, uint64_t page_count) {
+    for (uint32_t s = 0; s < c->nslots; s++) {
+        slot_t *sl = &c->slots[s];
+        if (sl->used && sl->page_id >= page_count) {
+            pt_remove(c, sl->page_id);
+            slot_release(c, s);
+        }
+    }
 }

@@ -180,10 +180,12 @@ int64_t ps_height(ps_core *c);
 int ps_verify(ps_core *c, ps_verify_info *info);
 int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out);
 int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n);
+int64_t ps_stash_pages(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n);
 
 /* replay's fast path over one WAL segment buffer (walenc.c) */
 int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
-                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off);
+                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
+                    int *tx_too_big);
 
 int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
                   uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out);

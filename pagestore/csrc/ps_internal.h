@@ -229,6 +229,8 @@ void pt_insert(ps_core *c, uint64_t id, uint32_t s);  /* after pt_reserve(id) */
 void pt_remove(ps_core *c, uint64_t id);
 int64_t page_load(ps_core *c, uint64_t id);
 int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n);
+int64_t page_stash(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n);
+void page_drop_beyond(ps_core *c, uint64_t page_count);
 /* the slot of page id, loading it on a miss if may_load (else PS_RETRY) */
 static inline int64_t page_fetch(ps_core *c, uint64_t id, int may_load) {
     int64_t s = pt_find_touch(c, id);

@@ -282,12 +282,25 @@ int wal_physical(ps_core *c) {
  * validity rule of docs/wal-format.md (every block header it touches has the
  * magic, version, crc and block_lsn of its place; 17 <= length; it fits in
  * the segment; its lsn field equals its LSN; its crc32c matches; its payload
- * has the shape of its type) AND is simple: a PUT or DELETE with txid 0.
- * Block headers are removed, so `out` holds the contiguous raw records that
- * ps_apply_log takes.  It stops before the first record that is invalid,
- * not simple, or does not fit in `cap`, and never decides anything else:
- * the Python reader (wal/reader.py) reads on from *end_off and remains the
- * authority on where the log stops.  Returns the number of records copied. */
+ * has the shape of its type) AND is simple:
+ *   - a PUT or DELETE with txid 0, or
+ *   - a whole transaction written in one piece: PUT/DELETE records of one
+ *     txid T != 0 followed at once by COMMIT(T) whose nops equals their
+ *     number (put_many, Transaction: ps_apply_batch logs them under the tree
+ *     lock, so they are adjacent).  Its operations are copied, its COMMIT is
+ *     consumed; `committed_raw` would apply them at that COMMIT, the same
+ *     place.  A transaction broken by any other record, cut by the end of
+ *     the valid log, or whose nops differs (part of it was read before) is
+ *     left to the Python reader from its first record.
+ * Block headers are removed, so `out` holds the contiguous raw PUT/DELETE
+ * records that ps_apply_log takes.  It stops before the first record that is
+ * invalid, not simple, or does not fit in `cap`, and never decides anything
+ * else: the Python reader (wal/reader.py) reads on from *end_off and remains
+ * the authority on where the log stops.  Returns the number of records
+ * consumed (a transaction's COMMIT included); *out_len may be 0 for
+ * transactions with no operation.  *tx_too_big says it stopped at `off`
+ * because a record, or a transaction valid so far, outgrew `cap` (worth a
+ * call with a bigger buffer). */
 static int scan_block_ok(const uint8_t *seg, uint64_t b, uint64_t base) {
     const uint8_t *h = seg + b;
     return rd32(h) == 0x4C575350u && rd16(h + 4) == 1 && rd64(h + 8) == base + b &&
@@ -326,45 +339,94 @@ static int scan_gather(const uint8_t *seg, uint64_t base, uint64_t off, uint64_t
     return 1;
 }
 
+/* One valid PUT / DELETE / COMMIT record at segment offset *pos, copied to
+ * dst (at most room bytes); its type, and *pos advanced past it.  0 when the
+ * next record is invalid or of another type, -1 when it does not fit. */
+static int scan_one(const uint8_t *seg, uint64_t seg_size, uint64_t base, uint64_t *pos,
+                    uint8_t *dst, size_t room, uint64_t *ok, uint32_t *len_out) {
+    uint64_t o = *pos;
+    if (o < BLK + BHDR) o = BLK + BHDR;
+    else if (o % BLK == 0) o += BHDR;
+    if (o >= seg_size || o % BLK < BHDR) return 0;
+    uint64_t b = o - o % BLK;
+    if (b != *ok) {
+        if (!scan_block_ok(seg, b, base)) return 0;
+        *ok = b;
+    }
+    uint8_t hdr[PS_WAL_REC_HDR];
+    if (scan_phys_end(o, PS_WAL_REC_HDR) > seg_size) return 0;
+    if (!scan_gather(seg, base, o, PS_WAL_REC_HDR, hdr, ok)) return 0;
+    uint32_t crc = rd32(hdr), len = rd32(hdr + 4);
+    uint8_t type = hdr[16];
+    if (rd64(hdr + 8) != base + o || len < PS_WAL_REC_HDR) return 0;
+    if (type != PS_REC_PUT && type != PS_REC_DELETE && type != PS_REC_COMMIT) return 0;
+    uint64_t end = scan_phys_end(o, len);
+    if (end > seg_size) return 0;
+    if (len > room) return -1;
+    if (!scan_gather(seg, base, o, len, dst, ok)) return 0;
+    if (ps_crc32c(0, dst + 4, len - 4) != crc) return 0;
+    if (type == PS_REC_PUT) {
+        if (len < 33 || 33 + (uint64_t)rd32(dst + 25) + rd32(dst + 29) != len) return 0;
+    } else if (type == PS_REC_DELETE) {
+        if (len < 29 || 29 + (uint64_t)rd32(dst + 25) != len) return 0;
+    } else if (len != 29) {
+        return 0;
+    }
+    *pos = end;
+    *len_out = len;
+    return type;
+}
+
 int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
-                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off) {
+                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
+                    int *tx_too_big) {
     size_t used = 0;
+    *tx_too_big = 0;
     int64_t n = 0;
     uint64_t ok = UINT64_MAX;
+    uint8_t commit[29];
     *out_len = 0;
     *end_off = off;
     if (seg_size % BLK || seg_size < 2 * BLK) return PS_E_ARG;
     for (;;) {
-        uint64_t o = *end_off;
-        if (o < BLK + BHDR) o = BLK + BHDR;
-        else if (o % BLK == 0) o += BHDR;
-        if (o >= seg_size || o % BLK < BHDR) break;
-        uint64_t b = o - o % BLK;
-        if (b != ok) {
-            if (!scan_block_ok(seg, b, base_lsn)) break;
-            ok = b;
-        }
-        uint8_t hdr[PS_WAL_REC_HDR];
-        if (scan_phys_end(o, PS_WAL_REC_HDR) > seg_size) break;
-        if (!scan_gather(seg, base_lsn, o, PS_WAL_REC_HDR, hdr, &ok)) break;
-        uint32_t crc = rd32(hdr), len = rd32(hdr + 4);
-        uint8_t type = hdr[16];
-        if (rd64(hdr + 8) != base_lsn + o || len < PS_WAL_REC_HDR) break;
+        uint64_t pos = *end_off;
+        uint32_t len;
+        int type = scan_one(seg, seg_size, base_lsn, &pos, out + used, cap - used, &ok, &len);
+        if (type == -1 && used == 0) *tx_too_big = 1;
         if (type != PS_REC_PUT && type != PS_REC_DELETE) break;
-        uint64_t end = scan_phys_end(o, len);
-        if (end > seg_size || len > cap - used) break;
-        uint8_t *r = out + used;
-        if (!scan_gather(seg, base_lsn, o, len, r, &ok)) break;
-        if (ps_crc32c(0, r + 4, len - 4) != crc) break;
-        if (type == PS_REC_PUT) {
-            if (len < 33 || 33 + (uint64_t)rd32(r + 25) + rd32(r + 29) != len) break;
-        } else {
-            if (len < 29 || 29 + (uint64_t)rd32(r + 25) != len) break;
+        uint64_t txid = rd64(out + used + 17);
+        if (txid == 0) {                        /* a simple record */
+            used += len;
+            n++;
+            *end_off = pos;
+            continue;
         }
-        if (rd64(r + 17) != 0) break;          /* part of a transaction: not simple */
-        used += len;
-        n++;
-        *end_off = end;
+        /* a transaction: its adjacent records up to COMMIT(txid), or nothing */
+        size_t gused = used + len;
+        uint64_t nops = 1;
+        for (;;) {
+            uint32_t l;
+            uint8_t *dst = out + gused;
+            type = scan_one(seg, seg_size, base_lsn, &pos, dst, cap - gused, &ok, &l);
+            if (type == PS_REC_COMMIT) {
+                /* scan_one copied it into out; keep it aside, it is not applied */
+                memcpy(commit, dst, sizeof commit);
+                break;
+            }
+            if ((type != PS_REC_PUT && type != PS_REC_DELETE) || rd64(dst + 17) != txid) {
+                /* out of room: only worth a bigger buffer if it starts the call */
+                if (type == -1 && used == 0) *tx_too_big = 1;
+                type = 0;
+                break;
+            }
+            gused += l;
+            nops++;
+        }
+        if (type != PS_REC_COMMIT || rd64(commit + 17) != txid || rd32(commit + 25) != nops)
+            break;
+        used = gused;
+        n += (int64_t)nops + 1;
+        *end_off = pos;
     }
     *out_len = used;
     return n;

@@ -63,12 +63,30 @@ def write_log(rng, n, h):
             w.put(rng.randbytes(rng.randint(1, 40)), rng.randbytes(rng.choice((0, 5, 100, 3000, 9000))))
         elif r < 0.7:
             w.delete(rng.randbytes(rng.randint(1, 40)))
-        elif r < 0.9:
+        elif r < 0.85:
             txid += 1
             k = rng.randint(1, 4)
             for _ in range(k):
-                w.put(rng.randbytes(8), rng.randbytes(rng.randint(0, 300)), txid)
+                if rng.random() < 0.8:
+                    w.put(rng.randbytes(8), rng.randbytes(rng.randint(0, 300)), txid)
+                else:
+                    w.delete(rng.randbytes(8), txid)
             w.commit(txid, k) if rng.random() < 0.7 else w.rollback(txid)
+        elif r < 0.9:
+            # interleaved transactions: t starts, u runs whole, t goes on; and a
+            # COMMIT whose nops is not the count of the records just before it
+            t, u = txid + 1, txid + 2
+            txid += 2
+            a, b = rng.randint(1, 3), rng.randint(1, 3)
+            for _ in range(a):
+                w.put(rng.randbytes(8), rng.randbytes(rng.randint(0, 300)), t)
+            for _ in range(b):
+                w.put(rng.randbytes(8), rng.randbytes(rng.randint(0, 300)), u)
+            w.commit(u, b if rng.random() < 0.7 else b + 1)
+            for _ in range(rng.randint(1, 3)):
+                w.put(rng.randbytes(8), rng.randbytes(rng.randint(0, 300)), t)
+                a += 1
+            w.commit(t, a)
         else:
             w.checkpoint(rng.randint(1, 9), rng.randbytes(rng.randint(0, 50)))
     h.wal.commit(w.end_lsn)
@@ -87,6 +105,38 @@ def test_scanner_copies_simple_records_without_block_headers():
     n2, raw2, end2 = _native.wal_scan(buf, 0, FIRST_RECORD, SMALL, cap=len(recs[0]) * 3 + 5)
     assert n2 == 3 and bytes(raw2) == b"".join(recs[:3])
     assert _native.wal_scan(buf, 0, end, SMALL)[0] == 0
+
+
+def test_scanner_takes_a_whole_transaction_but_not_a_part_of_one():
+    buf = bytearray(SMALL)
+    w = StreamWriter(SMALL, buf, 0, BLOCK, 0)
+    ops = []
+    for i in range(4):
+        lsn = w.put(b"t%d" % i, bytes(500), txid=9)[0]
+        ops.append(encode_record(PUT, lsn, payload_put(b"t%d" % i, bytes(500), 9)))
+    w.commit(9, 4)
+    n, raw, end = _native.wal_scan(buf, 0, FIRST_RECORD, SMALL)
+    assert n == 5 and bytes(raw) == b"".join(ops) and end == w.end_lsn   # COMMIT consumed, not copied
+    # a transaction whose COMMIT counts more operations than lie before it (the
+    # first was read by the Python reader) is not taken
+    w.put(b"x", b"1", txid=11)
+    w.commit(11, 2)
+    assert _native.wal_scan(buf, 0, end, SMALL)[0] == 0
+    # nor one without its COMMIT yet
+    w2 = w.end_lsn
+    w.put(b"y", b"2", txid=12)
+    assert _native.wal_scan(buf, 0, w2, SMALL)[0] == 0
+
+
+def test_a_transaction_bigger_than_the_scan_buffer_is_scanned_whole():
+    buf = bytearray(SMALL)
+    w = StreamWriter(SMALL, buf, 0, BLOCK, 0)
+    for i in range(30):
+        w.put(b"t%d" % i, bytes(1000), txid=5)
+    w.commit(5, 30)
+    n, raw, end = _native.wal_scan(buf, 0, FIRST_RECORD, SMALL, cap=8192)
+    assert n == 31 and end == w.end_lsn
+    assert len(raw) == sum(33 + len(b"t%d" % i) + 1000 for i in range(30))
 
 
 def test_scanner_rejects_a_wrong_base_and_a_flipped_crc():
