@@ -229,7 +229,18 @@ class Database:
             if preload and count + pending >= PRELOAD_RECORDS_PER_PAGE * pages.page_count_on_disk():
                 preload = False
                 load_pages()
-            count += apply(batch[0] if len(batch) == 1 else b"".join(batch))
+            try:
+                count += apply(batch[0] if len(batch) == 1 else b"".join(batch))
+            except _native.Retry:
+                # Nothing is written while replaying (no checkpoint can run before
+                # the log's end is known), so every page the replay dirties must fit.
+                # The batch was rolled back and the files are untouched: say so.
+                raise ConfigError(
+                    f"option 'memory_size': {self.config.memory_size:,} bytes "
+                    f"({sig.slots_total:,} pages) cannot hold the pages that replaying "
+                    f"the WAL of {self.path} dirties; open it once with a larger "
+                    f"memory_size (the one it ran with before the crash should do), then close it",
+                    option="memory_size") from None
             batch, size, pending = [], 0, 0
 
         for raw, n in _wal_reader.committed_raw(self._wal.recover(from_lsn), _native.wal_scan):

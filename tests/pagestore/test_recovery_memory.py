@@ -1,6 +1,8 @@
-"""Recovery's restore leaves the pages it writes back resident in page memory
-(`Core.stash`), so the replay after it and the first reads do not miss on
-them, as Ignite restores recovery-file pages into page memory."""
+"""Recovery and page memory: the restore leaves the pages it writes back
+resident (`Core.stash`), so the replay after it and the first reads do not
+miss on them (Ignite restores recovery-file pages into page memory too); a
+replay that dirties more pages than page memory holds is refused with a
+ConfigError naming memory_size, and the store then opens with enough."""
 
 import random
 
@@ -43,3 +45,26 @@ def test_pages_restored_from_recovery_files_stay_resident_after_open():
         db.verify()
     finally:
         db.close()
+
+
+def test_replay_that_outgrows_page_memory_is_a_config_error_and_loses_nothing():
+    sim, rng = SimFS(), random.Random(5)
+    keys = [rng.randbytes(16) for _ in range(30_000)]
+    model = {k: bytes(100) for k in keys}
+    db = pagestore.open("/s", fs=sim, **OPTS)
+    db.put_many(model.items())
+    db.checkpoint()
+    for k in keys[:15_000]:
+        model[k] = b"y" * 100
+        db.put(k, model[k])
+    db._abandon()
+    sim.crash(random.Random(1), "keep")
+    small = dict(OPTS, memory_size=256 << 10)
+    try:
+        pagestore.open("/s", fs=sim, **small)
+        raise AssertionError("a 64-page memory replayed a WAL that dirties hundreds of pages")
+    except pagestore.ConfigError as e:
+        assert e.option == "memory_size" and "/s" in str(e)
+    with pagestore.open("/s", fs=sim, **OPTS) as db:
+        assert dict(db.items()) == model
+        db.verify()
