@@ -214,7 +214,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="issue-4 figures: latency in/out of checkpoints, rates, kill -9")
     _common(c)
     c.add_argument("--ops", type=count, default=1_000_000)
-    c.add_argument("--interval", type=positive, default=2.0)
+    c.add_argument("--interval", type=positive, default=1.0)
     c.add_argument("--crash-keys", type=count, default=2_200_000)
     c.add_argument("--crash-point", default="checkpoint.page_written")
     return p
