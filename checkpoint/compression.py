@@ -24,6 +24,7 @@ form is not smaller, so a record is never bigger than page + header.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import cramjam
@@ -98,6 +99,18 @@ class PageCodec:
             raise ValueError(f"{name} takes no level")
         else:
             self.level = None
+        # compress_into(data, out) -> n: the codec's compressed form of data into
+        # out (bound(len(data)) bytes), bound once here so the writers' per-page
+        # call is the codec's own (None for the non-compressing codecs)
+        self.compress_into = None
+        if self.id == SNAPPY:
+            self.compress_into = cramjam.snappy.compress_raw_into
+        elif self.id == ZSTD:
+            self.compress_into = functools.partial(cramjam.zstd.compress_into, level=self.level)
+        elif self.id == LZ4:
+            self.compress_into = (functools.partial(cramjam.lz4.compress_block_into, mode="high_compression",
+                                                    compression=self.level)
+                                  if self.level else cramjam.lz4.compress_block_into)
 
     def encode(self, page) -> tuple[int, int, bytes]:
         """(codec applied, flags, payload) for one page image."""

@@ -134,17 +134,20 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
     the queue is empty by the time it starts, so the START marker's file
     count always equals the number of files of the checkpoint. A source
     with `frame_records` (the store's C framing) frames plain records
-    without the GIL; other sources get the Python framing.
+    without the GIL, and with `compact_pages` / `frame_heads` does the bulk
+    of a compressing codec's framing in C; other sources get the Python
+    framing.
     """
     queue = deque(chunked(page_ids, chunk_pages))
     count = max(1, min(workers, len(queue)))
     abort = threading.Event()
     framer = getattr(source, "frame_records", None)
     copy_frame = getattr(source, "copy_frame", None)
+    compactor = source if hasattr(source, "compact_pages") and hasattr(source, "frame_heads") else None
 
     def worker(w: int) -> tuple[int, float, int]:
         path = posixpath.join(cpdir, recovery_file_name(checkpoint_id, w))
-        out = RecoveryFileWriter(fs, path, checkpoint_id, w, page_size, codec, cipher, framer)
+        out = RecoveryFileWriter(fs, path, checkpoint_id, w, page_size, codec, cipher, framer, compactor)
         try:
             buf = bytearray(chunk_pages * page_size)
             while not abort.is_set():

@@ -15,7 +15,7 @@ from array import array
 
 from crc32c import crc32c
 
-from .compression import _FREE_OFFSET, _ZEROS, DISABLED, PAGE_HEADER_SIZE, SKIP_GARBAGE, PageCodec
+from .compression import _FREE_OFFSET, _ZEROS, DISABLED, LZ4, PAGE_HEADER_SIZE, SKIP_GARBAGE, PageCodec
 from .format import (_RECORD_CRC_SPAN, ENCRYPTED, FILE_HEADER_SIZE, GAP_SKIPPED, MAX_PAYLOAD_OVER_PAGE,
                      RECORD_HEADER, RECORD_HEADER_SIZE, RecoveryFileCorrupt, pack_file_header,
                      record_context, record_crc, unpack_file_header)
@@ -46,15 +46,26 @@ class RecoveryFileWriter:
     per-page work there is kept to a handful of C calls: headers by
     `pack_into`, payloads by slice assignment or a codec's `*_into`, CRCs
     over memoryviews, no per-page bytes object unless the store is encrypted.
+
+    A compressing codec without a cipher uses `compactor` when given (the C
+    core's `compact_pages` and `frame_record_heads`): the gap removal of a
+    whole chunk and every header and CRC in two calls, so per page only the
+    compressor call and a copy stay in Python (7.7 -> ~3 us a page with lz4).
     """
 
     FLUSH_BYTES = 1 << 20
 
     def __init__(self, fs, path: str, checkpoint_id: int, writer: int, page_size: int, codec: PageCodec,
-                 cipher=None, framer=None):
+                 cipher=None, framer=None, compactor=None):
         self.path, self.page_size, self.codec, self.cipher = path, page_size, codec, cipher
         self.checkpoint_id, self.writer = checkpoint_id, writer
-        self._framer = framer if cipher is None and codec.id in (DISABLED, SKIP_GARBAGE) else None
+        # the C framer takes disabled, skip_garbage and (where the system has
+        # liblz4) lz4's fast mode: `framer.codecs` says which
+        framed = getattr(framer, "codecs", (DISABLED, SKIP_GARBAGE))
+        self._framer = (framer if cipher is None and codec.id in framed
+                        and not (codec.id == LZ4 and codec.level) else None)
+        self._compactor = (compactor if cipher is None and self._framer is None
+                           and codec.id not in (DISABLED, SKIP_GARBAGE) else None)
         self._file = fs.open(path, create=True, truncate=True)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
         self._file.pwrite(header, 0)
@@ -80,13 +91,14 @@ class RecoveryFileWriter:
         start = self._fill
         if self._framer is not None:
             out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
-            n, fallbacks = self._framer(page_ids, images, self.page_size, self.codec.id == SKIP_GARBAGE,
-                                        out[start:])
+            n, fallbacks = self._framer(page_ids, images, self.page_size, self.codec.id, out[start:])
             out.release()
             self.gap_fallbacks += fallbacks
             end = start + n
         elif self.cipher is None and self.codec.id in (DISABLED, SKIP_GARBAGE):
             end = self._append_plain(page_ids, images, start)
+        elif self._compactor is not None:
+            end = self._append_compacted(page_ids, images, start)
         else:
             end = self._append_encoded(page_ids, images, start)
         return self._queued(start, end, len(page_ids))
@@ -106,12 +118,12 @@ class RecoveryFileWriter:
         return self._framer is not None
 
     def append_copied(self, page_ids, copy_frame) -> int:
-        """Like `append`, with `copy_frame(ids, skip_garbage, out)` copying and framing the
+        """Like `append`, with `copy_frame(ids, codec, out)` copying and framing the
         pages in one pass (the store's C core) instead of an images buffer in between."""
         start = self._fill
         out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
         try:
-            n, fallbacks = copy_frame(page_ids, self.codec.id == SKIP_GARBAGE, out[start:])
+            n, fallbacks = copy_frame(page_ids, self.codec.id, out[start:])
         finally:
             out.release()
         self.gap_fallbacks += fallbacks
@@ -190,6 +202,38 @@ class RecoveryFileWriter:
                            crc32c(out[data:data + n], crc32c(out[pos:pos + _RECORD_CRC_SPAN])))
             pos = data + n
             base += ps
+        out.release()
+        return pos
+
+    def _append_compacted(self, page_ids, images, start: int) -> int:
+        """A compressing codec, no cipher: `_append_encoded`'s records, byte for byte,
+        with the gap removal, headers and CRCs done by the compactor in bulk."""
+        ps, codec, n = self.page_size, self.codec, len(page_ids)
+        # room for the codec's worst case after each record: it compresses
+        # straight into the buffer (no copy); a result no smaller than the
+        # input is overwritten by the input
+        bound = codec.bound(ps)
+        out = self._buffer(n, RECORD_HEADER_SIZE + bound)
+        if self._scratch is None or len(self._scratch[0]) < n * ps:
+            self._scratch = (bytearray(n * ps), array("I", bytes(4 * n)), bytearray(n), bytearray(n))
+        compact, lens, flags, codecs = self._scratch
+        self.gap_fallbacks += self._compactor.compact_pages(images, n, ps, compact, lens, flags)
+        compress, cid = codec.compress_into, codec.id
+        src_all = memoryview(compact)
+        pos = start
+        for i in range(n):
+            ln = lens[i]
+            data = pos + RECORD_HEADER_SIZE
+            src = src_all[i * ps:i * ps + ln]
+            k = compress(src, out[data:data + bound])
+            if k < ln:
+                codecs[i], lens[i] = cid, k
+                pos = data + k
+            else:                      # stored as skip_garbage / whole, like encode_into
+                out[data:data + ln] = src
+                codecs[i] = SKIP_GARBAGE if flags[i] else DISABLED
+                pos = data + ln
+        self._compactor.frame_heads(out[start:pos], page_ids, codecs, flags, lens)
         out.release()
         return pos
 

@@ -50,7 +50,7 @@ ffibuilder.set_source(
     include_dirs=[CSRC],
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
-    libraries=["pthread"],
+    libraries=["pthread", "dl"],   # dl: liblz4.so.1 is loaded at run time (recframe.c)
 )
 
 if __name__ == "__main__":

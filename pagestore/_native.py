@@ -448,7 +448,7 @@ class Core:
         if rc:
             self._raise(rc)
 
-    def ckpt_copy_frame(self, page_ids, skip_garbage: bool, out) -> tuple[int, int]:
+    def ckpt_copy_frame(self, page_ids, codec: int, out) -> tuple[int, int]:
         """`ckpt_copy` then `frame_recovery_records`, one page at a time without the
         intermediate images buffer; returns (bytes framed into out, gap fallbacks)."""
         ids, n = _u64_array(page_ids)
@@ -456,7 +456,9 @@ class Core:
         if len(dst) < n * (self.page_size + 18):
             raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (self.page_size + 18)}")
         fallbacks = ffi.new("uint64_t *")
-        got = lib.ps_ckpt_copy_frame(self._c, ids, n, 1 if skip_garbage else 0, dst, len(dst), fallbacks)
+        if codec not in frame_recovery_records.codecs:
+            raise ValueError(f"codec {codec} is not framed in C")
+        got = lib.ps_ckpt_copy_frame(self._c, ids, n, int(codec), dst, len(dst), fallbacks)
         if got < 0:
             self._raise(int(got))
         return int(got), fallbacks[0]
@@ -669,23 +671,65 @@ def pwrite_pages(fd: int, page_ids, images, page_size: int) -> int:
 
 # -- recovery-file records (recframe.c; format in checkpoint/format.py) ------------
 
-def frame_recovery_records(page_ids, images, page_size: int, skip_garbage: bool, out) -> tuple[int, int]:
-    """Plain recovery-file records of `page_ids` (images back to back) into `out`.
+def frame_recovery_records(page_ids, images, page_size: int, codec: int, out) -> tuple[int, int]:
+    """Recovery-file records of `page_ids` (images back to back) into `out`, no cipher.
 
-    Returns (bytes written, gap fallbacks). Byte-identical to the Python
-    framing of checkpoint/recovery_file.py for the disabled and skip_garbage
-    codecs without a cipher; runs without the GIL.
+    `codec`: one of `frame_recovery_records.codecs` (0 disabled, 1 skip_garbage,
+    and 4 lz4 in its fast mode when the system's liblz4.so.1 loads). Returns
+    (bytes written, gap fallbacks). Byte-identical to the Python framing of
+    checkpoint/recovery_file.py; runs without the GIL.
     """
+    if codec not in frame_recovery_records.codecs:
+        raise ValueError(f"codec {codec} is not framed in C")
     ids, n = _u64_array(page_ids)
     src = ffi.from_buffer(images)
     dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
     if len(src) < n * page_size:
         raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
     fallbacks = ffi.new("uint64_t *")
-    got = lib.ps_recframe(src, ids, n, page_size, 1 if skip_garbage else 0, dst, len(dst), fallbacks)
+    got = lib.ps_recframe(src, ids, n, page_size, int(codec), dst, len(dst), fallbacks)
     if got < 0:
         raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (page_size + 18)}")
     return got, fallbacks[0]
+
+
+def lz4_available() -> bool:
+    """True when the system's liblz4.so.1 is loaded for the lz4 codec's C framing."""
+    return bool(lib.ps_lz4_available())
+
+
+#: the codecs `frame_recovery_records` and `Core.ckpt_copy_frame` take (the
+#: writers fall back to the Python framing for the others)
+frame_recovery_records.codecs = (0, 1, 4) if lz4_available() else (0, 1)
+
+
+def compact_pages(images, n: int, page_size: int, out, lens, flags) -> int:
+    """The skip_garbage form of `n` pages (images back to back) into `out` at a
+    stride of page_size: lens (array('I')) and flags (bytearray: GAP_SKIPPED or
+    0) per page. Returns the gap fallbacks (pages stored whole). For the
+    compressing codecs' framing in checkpoint/recovery_file.py."""
+    src = ffi.from_buffer(images)
+    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
+    if len(src) < n * page_size or len(dst) < n * page_size or len(lens) < n or len(flags) < n:
+        raise ValueError(f"buffers too small for {n} pages")
+    got = lib.ps_compact_pages(src, n, page_size, dst, ffi.from_buffer("uint32_t[]", lens, require_writable=True),
+                               ffi.from_buffer("uint8_t[]", flags, require_writable=True))
+    if got < 0:
+        raise ValueError(f"bad page size {page_size}")
+    return got
+
+
+def frame_record_heads(buf, page_ids, codecs, flags, lens) -> int:
+    """Fill in the header and CRC of each recovery-file record laid out in `buf`
+    (an 18-byte gap, then lens[i] payload bytes, per page). Returns the bytes
+    the records span."""
+    ids, n = _u64_array(page_ids)
+    dst = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    got = lib.ps_frame_heads(dst, len(dst), n, ids, ffi.from_buffer("uint8_t[]", codecs),
+                             ffi.from_buffer("uint8_t[]", flags), ffi.from_buffer("uint32_t[]", lens))
+    if got < 0:
+        raise ValueError("records do not fit in buf")
+    return got
 
 
 def parse_recovery_records(buf, page_size: int, images, ids) -> tuple[int, int]:

@@ -480,10 +480,12 @@ class Database:
 
     # Plain recovery-file records framed in C, without the GIL (checkpoint/pool.py).
     frame_records = staticmethod(_native.frame_recovery_records)
+    compact_pages = staticmethod(_native.compact_pages)
+    frame_heads = staticmethod(_native.frame_record_heads)
 
-    def copy_frame(self, page_ids, skip_garbage: bool, out) -> tuple[int, int]:
+    def copy_frame(self, page_ids, codec: int, out) -> tuple[int, int]:
         """copy_pages + frame_records in one C pass (checkpoint/pool.py prefers it)."""
-        return self._core.ckpt_copy_frame(page_ids, skip_garbage, out)
+        return self._core.ckpt_copy_frame(page_ids, codec, out)
 
     def release(self, page_ids) -> None:
         self._core.ckpt_release(page_ids)

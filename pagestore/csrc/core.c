@@ -587,7 +587,7 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
  * straight into `out` outside it. The two-call path writes every image to a
  * chunk-sized buffer and reads it back, one more trip through memory per
  * byte of the recovery-file phase. Returns the bytes framed or an error. */
-int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_garbage,
+int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
                            uint8_t *out, size_t cap, uint64_t *gap_fallbacks) {
     size_t per = (size_t)c->page_size + 18;   /* recovery record header (recframe.c) */
     if (cap < n * per) return PS_E_ARG;
@@ -599,7 +599,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_g
         pthread_rwlock_unlock(&c->lock);
         if (rc != PS_OK) return rc;
         stamp_ckpt_image(c, scratch);
-        int64_t got = ps_recframe(scratch, ids + i, 1, c->page_size, skip_garbage, out + pos, cap - pos,
+        int64_t got = ps_recframe(scratch, ids + i, 1, c->page_size, codec, out + pos, cap - pos,
                                   gap_fallbacks);
         if (got < 0) return got;
         pos += (size_t)got;

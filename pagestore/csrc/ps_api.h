@@ -191,7 +191,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
                   uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out);
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out);
 /* ps_ckpt_copy + ps_recframe per page, no intermediate buffer; bytes framed or PS_E_* */
-int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int skip_garbage,
+int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
                            uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
 int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
 int ps_ckpt_end(ps_core *c);
@@ -202,12 +202,19 @@ void ps_set_page_fd(ps_core *c, int fd);
 /* write page images in place (ids ascending; adjacent runs in one pwrite); bytes or -errno */
 int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *images, uint32_t page_size);
 
-/* recovery-file records in bulk, plain (no cipher) disabled / skip_garbage
+/* recovery-file records in bulk, no cipher, codec 0 disabled / 1 skip_garbage /
+ * 4 lz4 (fast mode; only when ps_lz4_available: the system's liblz4.so.1)
  * (recframe.c; the format is checkpoint/format.py's).  ps_recframe frames n
  * page images into out (cap >= n * (page_size + 18)) and returns the bytes
- * written; ps_recparse decodes whole valid plain records from buf into page
- * images, stopping at the first one it does not take, and returns the count */
+ * written; ps_recparse decodes whole valid records of those codecs from buf
+ * into page images, stopping at the first one it does not take, and returns
+ * the count */
+int ps_lz4_available(void);
 int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32_t page_size,
-                    int skip_garbage, uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
+                    int codec, uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
+int64_t ps_compact_pages(const uint8_t *images, size_t n, uint32_t page_size, uint8_t *out,
+                         uint32_t *lens, uint8_t *flags);
+int64_t ps_frame_heads(uint8_t *buf, size_t cap, size_t n, const uint64_t *ids,
+                       const uint8_t *codecs, const uint8_t *flags, const uint32_t *lens);
 int64_t ps_recparse(const uint8_t *buf, size_t len, uint32_t page_size, uint8_t *images,
                     uint64_t *ids, size_t max_pages, size_t *consumed);
