@@ -391,14 +391,10 @@ class Core:
         clean resident pages (recovery's restore feeds each batch it writes), so
         replay does not miss on them. Images failing their checks are skipped;
         stops when page memory has no free slot. Returns how many were kept."""
-        n = len(page_ids)
+        ids, n = _u64_array(page_ids)
         buf = ffi.from_buffer(images)
         if len(buf) < n * self.page_size:
             raise ValueError(f"{n} page ids but {len(buf)} bytes of images")
-        if getattr(page_ids, "typecode", None) == "Q":     # array('Q'): no copy
-            ids = ffi.from_buffer("uint64_t[]", page_ids) if n else ffi.NULL
-        else:
-            ids = ffi.new("uint64_t[]", list(page_ids)) if n else ffi.NULL
         r = lib.ps_stash_pages(self._c, ids, buf, n)
         if r < 0:
             self._raise(r)
