@@ -231,7 +231,9 @@ class Database:
                 load_pages()
             try:
                 count += apply(batch[0] if len(batch) == 1 else b"".join(batch))
-            except _native.Retry:
+            except _native.Retry as r:
+                if r.code != _native.PS_E_NOMEM:
+                    raise
                 # Nothing is written while replaying (no checkpoint can run before
                 # the log's end is known), so every page the replay dirties must fit.
                 # The batch was rolled back and the files are untouched: say so.
