@@ -14,6 +14,7 @@ import threading
 import time
 
 import throttling
+from throttling.signals import snapshot as _snapshot
 
 from . import _native
 
@@ -41,16 +42,15 @@ class Throttle:
     def signals(self) -> "throttling.Signals":
         s = self._db._signals
         p = self._db._ckpt.phase_progress()
-        return throttling.Signals(
-            cow_used=s.cow_used, cow_capacity=s.cow_capacity,
-            dirty_pages=s.dirty_pages, total_pages=s.slots_total,
-            checkpoint_running=p["running"], checkpoint_pages=p["checkpoint_pages"],
-            recovery_pages_written=p["recovery_pages_written"],
-            pages_written=p["pages_written"], pages_dirtied=s.pages_dirtied,
-            in_checkpoint_page=None,  # unknown per write: policies assume it is
-            phase=p["phase"], phase_elapsed=p["phase_elapsed"],
-            checkpoint_elapsed=p["checkpoint_elapsed"],
-            last_phase_seconds=p["last_phase_seconds"])
+        # positional, in Signals' field order (throttling.snapshot: ~1 us, not ~3)
+        return _snapshot(
+            s.cow_used, s.cow_capacity, s.dirty_pages, s.slots_total,
+            p["running"], p["checkpoint_pages"], p["recovery_pages_written"],
+            p["pages_written"], s.pages_dirtied,
+            None,     # in_checkpoint_page: unknown per write, policies assume it is
+            None,     # writer: the calling thread
+            p["phase"], p["phase_elapsed"], p["checkpoint_elapsed"], p["last_phase_seconds"],
+            0)        # dirty_limit: none (a write that finds no evictable page waits instead)
 
     def check(self) -> None:
         """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""

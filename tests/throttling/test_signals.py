@@ -67,3 +67,17 @@ def test_monotonic_clock_is_monotonic_and_sleeps():
     c.sleep(0)
     assert c.now() >= a + 0.0009
     assert abs(c.now() - time.monotonic()) < 1.0
+
+
+def test_snapshot_builds_the_same_frozen_signals_as_keywords():
+    from throttling.signals import snapshot
+    kw = dict(cow_used=3, cow_capacity=8, dirty_pages=5, total_pages=9, checkpoint_running=True,
+              checkpoint_pages=7, recovery_pages_written=2, pages_written=1, pages_dirtied=11,
+              in_checkpoint_page=False, writer=4, phase="pages", phase_elapsed=0.5,
+              checkpoint_elapsed=1.5, last_phase_seconds=(0.1, 0.2), dirty_limit=6)
+    s = snapshot(*kw.values())
+    assert s == Signals(**kw)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.cow_used = 0
+    with pytest.raises(TypeError):
+        snapshot(1, 2, 3)
