@@ -155,7 +155,9 @@ def issue4(ck) -> list:
     if _ok(rate.get("rate")) and seq.get("rate"):
         rows.append(_row(4, "recovery files written at >= 70 % of a plain sequential write",
                          f"{_f(rate['rate'] / 1e6, 1)} vs {_f(seq['rate'] / 1e6, 1)} MB/s",
-                         _div(rate["rate"], seq["rate"]), ">=", 0.7))
+                         _div(rate["rate"], seq["rate"]), ">=", 0.7,
+                         f"fastest of {len(rate['rates'])} and of {len(seq['rates'])}, interleaved"
+                         if rate.get("rates") and seq.get("rates") else ""))
     else:
         rows.append(_na(4, "recovery files >= 70 % of sequential write", "no checkpoint wrote recovery files"))
     crash = ck.get("crash") or {}

@@ -143,6 +143,10 @@ def checkpoint_table(lat, rate, seq, crash) -> Table:
     if rate and seq:
         t.add_row(f"recovery files MB/s vs plain sequential MB/s ({rate.get('source', '')})",
                   f"{_n(rate['rate'] / 1e6, 1)} / {_n(seq['rate'] / 1e6, 1)} ({_ratio(rate['rate'], seq['rate'])})")
+        if rate.get("rates") or seq.get("rates"):
+            t.add_row("  fastest of, MB/s: recovery files; plain writes (interleaved)",
+                      f"{', '.join(_n(r / 1e6) for r in rate.get('rates') or [])}; "
+                      f"{', '.join(_n(r / 1e6) for r in seq.get('rates') or [])}")
     if crash:
         if crash.get("error"):
             t.add_row("recovery after kill -9", crash["error"])
