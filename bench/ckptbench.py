@@ -59,15 +59,18 @@ here = os.path.dirname(a["path"])
 plain, rates, first = [], [], None
 for rnd in range(2):
     load(db, 8 - rnd)
-    dirty = db.stats()["dirty_pages"] if first is None else dirty
+    if first is None:
+        dirty = db.stats()["dirty_pages"]
+    # the plain write is the size of the recovery files: the first checkpoint's
+    # once known, before it dirty pages at skip_garbage's ~2,850 B each
     os.sync()
-    plain.append(sequential_write_rate(dirty * 2850, here)["rate"])
+    plain.append(sequential_write_rate(first["recovery_bytes"] if first else dirty * 2850, here)["rate"])
     os.sync()
     c = db.checkpoint()
     first = first or c
     rates.append(c["recovery_bytes"] / c["recovery_write_seconds"])
 os.sync()
-plain.append(sequential_write_rate(int(first["recovery_bytes"]), here)["rate"])
+plain.append(sequential_write_rate(first["recovery_bytes"], here)["rate"])
 print("PHASEA " + json.dumps(dict(dirty_pages=dirty, checkpoint=first, recovery_rates=rates,
                                   plain_rates=plain), default=str), flush=True)
 db.close()

@@ -159,21 +159,12 @@ class PageCodec:
                 out[at:at + ps] = page
                 return DISABLED, 0, ps
         packed = scratch[1]
-        k = self._compress_into(src, packed)
+        k = self.compress_into(src, packed)
         if k >= n:
             out[at:at + n] = src
             return raw_codec, flags, n
         out[at:at + k] = memoryview(packed)[:k]
         return self.id, flags, k
-
-    def _compress_into(self, data, out) -> int:
-        if self.id == SNAPPY:
-            return cramjam.snappy.compress_raw_into(data, out)
-        if self.id == ZSTD:
-            return cramjam.zstd.compress_into(data, out, level=self.level)
-        if self.level:
-            return cramjam.lz4.compress_block_into(data, out, mode="high_compression", compression=self.level)
-        return cramjam.lz4.compress_block_into(data, out)
 
     def _compress(self, data: bytes) -> bytes:
         if self.id == SNAPPY:

@@ -84,23 +84,24 @@ class Progress:
                 self.last_phase_seconds = tuple(self._current)
             self.phase, self.phase_started = phase, now
 
+    def _counts(self) -> dict:
+        return {"checkpoint_pages": self.checkpoint_pages,
+                "recovery_pages_written": self.recovery_pages_written,
+                "pages_written": self.pages_written, "running": self.running}
+
     def snapshot(self) -> dict:
         with self.lock:
-            return {"checkpoint_pages": self.checkpoint_pages,
-                    "recovery_pages_written": self.recovery_pages_written,
-                    "pages_written": self.pages_written, "running": self.running}
+            return self._counts()
 
     def phase_snapshot(self) -> dict:
         """`snapshot()` plus the phase, its age, the checkpoint's age and the
         previous checkpoint's phase durations (seconds, in PHASES order)."""
         now = self.clock()
         with self.lock:
-            return {"checkpoint_pages": self.checkpoint_pages,
-                    "recovery_pages_written": self.recovery_pages_written,
-                    "pages_written": self.pages_written, "running": self.running,
-                    "phase": self.phase, "phase_elapsed": now - self.phase_started,
-                    "checkpoint_elapsed": now - self.started,
-                    "last_phase_seconds": self.last_phase_seconds}
+            out = self._counts()
+            out.update(phase=self.phase, phase_elapsed=now - self.phase_started,
+                       checkpoint_elapsed=now - self.started, last_phase_seconds=self.last_phase_seconds)
+            return out
 
 
 def chunked(page_ids, n: int) -> list:

@@ -14,9 +14,9 @@ call and one `ffi.unpack` per `get`. `close()` must not race with calls.
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
-import os
 import threading
 from array import array
 
@@ -729,12 +729,13 @@ def frame_record_heads(buf, page_ids, codecs, flags, lens) -> int:
 
 
 def parse_recovery_records(buf, page_size: int, images, ids) -> tuple[int, int]:
-    """Decode the leading valid plain records of `buf` into `images` / `ids`.
+    """Decode the leading valid records of `buf` that C decodes (disabled,
+    skip_garbage, and lz4 where `lz4_available()`) into `images` / `ids`.
 
     `ids` is a writable uint64 buffer (array('Q')); as many records as it has
     room for are taken. Returns (records, bytes consumed); it stops at the
-    first record that is incomplete in `buf`, compressed, encrypted or in any
-    way invalid, which the caller's Python reader then takes.
+    first record that is incomplete in `buf`, of another codec, encrypted or in
+    any way invalid, which the caller's Python reader then takes.
     """
     src = ffi.from_buffer(buf)
     out = ffi.from_buffer("uint8_t[]", images, require_writable=True)

@@ -480,7 +480,8 @@ class Database:
     def copy_pages(self, page_ids, out) -> None:
         self._core.ckpt_copy(page_ids, out)
 
-    # Plain recovery-file records framed in C, without the GIL (checkpoint/pool.py).
+    # Recovery-file framing in C, without the GIL (checkpoint/pool.py): whole
+    # records for frame_records.codecs, the bulk around the compressor for the rest.
     frame_records = staticmethod(_native.frame_recovery_records)
     compact_pages = staticmethod(_native.compact_pages)
     frame_heads = staticmethod(_native.frame_record_heads)

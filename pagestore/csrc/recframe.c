@@ -76,11 +76,28 @@ int ps_lz4_available(void) {
     return lz4_compress != NULL;
 }
 
-static void put_head(uint8_t *r, uint64_t pid, uint8_t codec, uint8_t flags, uint32_t n) {
+/* Header and CRC of the record at r whose n payload bytes follow the header. */
+static void finish_record(uint8_t *r, uint64_t pid, uint8_t codec, uint8_t flags, uint32_t n) {
     wr64(r, pid);
     r[8] = codec;
     r[9] = flags;
     wr32(r + 10, n);
+    wr32(r + REC_CRC_SPAN, ps_crc32c(ps_crc32c(0, r, REC_CRC_SPAN), r + REC_HEAD, n));
+}
+
+/* The skip_garbage form of page pg into dst: GAP_SKIPPED with the zero gap
+ * dropped, or 0 with the page whole (a gap fallback); its length in *len. */
+static uint8_t compact_page(const uint8_t *pg, uint32_t page_size, uint8_t *dst, uint32_t *len) {
+    uint32_t lo = rd16(pg + 24), hi = rd16(pg + 26);
+    if (PAGE_HEAD <= lo && lo < hi && hi <= page_size && all_zero(pg + lo, hi - lo)) {
+        memcpy(dst, pg, lo);
+        memcpy(dst + lo, pg + hi, page_size - hi);
+        *len = page_size - (hi - lo);
+        return GAP_SKIPPED;
+    }
+    memcpy(dst, pg, page_size);
+    *len = page_size;
+    return 0;
 }
 
 int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32_t page_size,
@@ -99,20 +116,14 @@ int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32
          * it straight to the record */
         uint8_t *c = codec == CODEC_LZ4 ? compact : d;
         uint32_t len = page_size;
-        uint8_t used = CODEC_DISABLED, flags = 0;
-        if (codec != CODEC_DISABLED) {
-            uint32_t lo = rd16(pg + 24), hi = rd16(pg + 26);
-            if (PAGE_HEAD <= lo && lo < hi && hi <= page_size && all_zero(pg + lo, hi - lo)) {
-                len = page_size - (hi - lo);
-                used = CODEC_SKIP;
-                flags = GAP_SKIPPED;
-                memcpy(c, pg, lo);
-                memcpy(c + lo, pg + hi, page_size - hi);
-            } else {
-                fallbacks++;
-            }
+        uint8_t flags = 0;
+        if (codec == CODEC_DISABLED) {
+            memcpy(c, pg, page_size);
+        } else {
+            flags = compact_page(pg, page_size, c, &len);
+            fallbacks += !flags;
         }
-        if (used == CODEC_DISABLED) memcpy(c, pg, page_size);
+        uint8_t used = flags ? CODEC_SKIP : CODEC_DISABLED;
         if (codec == CODEC_LZ4) {
             /* kept only if shorter than the input, size prefix included */
             int k = len > 5 ? lz4_compress((const char *)c, (char *)d + 4, (int)len, (int)len - 5) : 0;
@@ -124,8 +135,7 @@ int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32
                 memcpy(d, c, len);
             }
         }
-        put_head(r, ids[i], used, flags, len);
-        wr32(r + REC_CRC_SPAN, ps_crc32c(ps_crc32c(0, r, REC_CRC_SPAN), d, len));
+        finish_record(r, ids[i], used, flags, len);
         r = d + len;
     }
     if (gap_fallbacks) *gap_fallbacks += fallbacks;
@@ -144,20 +154,9 @@ int64_t ps_compact_pages(const uint8_t *images, size_t n, uint32_t page_size, ui
     if (page_size < PAGE_HEAD) return PS_E_ARG;
     int64_t fallbacks = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *pg = images + i * (size_t)page_size;
-        uint8_t *d = out + i * (size_t)page_size;
-        uint32_t lo = rd16(pg + 24), hi = rd16(pg + 26);
-        if (PAGE_HEAD <= lo && lo < hi && hi <= page_size && all_zero(pg + lo, hi - lo)) {
-            memcpy(d, pg, lo);
-            memcpy(d + lo, pg + hi, page_size - hi);
-            lens[i] = page_size - (hi - lo);
-            flags[i] = GAP_SKIPPED;
-        } else {
-            memcpy(d, pg, page_size);
-            lens[i] = page_size;
-            flags[i] = 0;
-            fallbacks++;
-        }
+        flags[i] = compact_page(images + i * (size_t)page_size, page_size, out + i * (size_t)page_size,
+                                &lens[i]);
+        fallbacks += !flags[i];
     }
     return fallbacks;
 }
@@ -167,9 +166,7 @@ int64_t ps_frame_heads(uint8_t *buf, size_t cap, size_t n, const uint64_t *ids,
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
         if (cap - pos < REC_HEAD || cap - pos - REC_HEAD < lens[i]) return PS_E_ARG;
-        uint8_t *r = buf + pos;
-        put_head(r, ids[i], codecs[i], flags[i], lens[i]);
-        wr32(r + REC_CRC_SPAN, ps_crc32c(ps_crc32c(0, r, REC_CRC_SPAN), r + REC_HEAD, lens[i]));
+        finish_record(buf + pos, ids[i], codecs[i], flags[i], lens[i]);
         pos += REC_HEAD + lens[i];
     }
     return (int64_t)pos;
