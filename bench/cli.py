@@ -186,7 +186,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--crash-keys", type=count, default=2_200_000,
                    help="keys loaded before the kill -9 (2.2M 116-byte pairs: about 100,000 pages)")
     q.add_argument("--memory-size", type=size, default=512 << 20,
-                   help="pagestore memory_size in the base comparison (memory bar; default 512M)")
+                   help="pagestore memory_size in the base and commit-per-put comparisons (memory bar; default 512M)")
     q.add_argument("--value-compressibility", type=fraction, default=None,
                    help="of every generated value, peers' too (default 0.5 as db_bench; 0: random)")
     q.add_argument("--no-report-bars", dest="bars", action="store_false", help="skip the bars table")

@@ -12,6 +12,7 @@ import time
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import bars, ckptbench, peers
+from bench.codecs import codec_checkpoints
 from bench import report_table as rt
 from bench import results as res
 from bench.cli import base_config, run_config
@@ -85,6 +86,16 @@ def _extra_runs(a, report, best) -> tuple[float, list]:
     return best, failures
 
 
+def _codec_figures(a) -> dict:
+    """Every recovery-data codec on the same dirty pages, interleaved (bench/codecs.py)."""
+    with _steps(a.quiet) as bar:
+        task = bar.add_task("codecs", total=None)
+        out = codec_checkpoints(data_dir=a.data_dir, progress=lambda s: bar.update(task, description=f"codecs: {s}"),
+                                **_vc(a))
+    rt.show(rt.codecs_table(out))
+    return out
+
+
 def quick(a, p) -> int:
     t0 = time.monotonic()
     ok, why = pagestore_available()
@@ -103,7 +114,12 @@ def quick(a, p) -> int:
     if "commit" not in a.skip:
         with _steps(a.quiet) as bar:
             task = bar.add_task("commit per put", total=None)
+            # The same page memory as the base comparison: with the default
+            # 256 MiB, 1M random keys fill it near the end of the log_only run
+            # and its last seconds run evictions and checkpoints, which the
+            # peers' unbounded page-cache maps never pay.
             cmp = peers.commit_compare(a.peer_seconds, data_dir=a.data_dir,
+                                       store_options=dict(memory_size=a.memory_size),
                                        progress=lambda s: bar.update(task, description=f"commit: {s}"),
                                        **_vc(a))
         for r in cmp["results"]:
@@ -124,6 +140,7 @@ def quick(a, p) -> int:
         report["matrix"] = [dict(r["summary"], **_ckpt_derived(r)) for r in out["results"]]
         best, more = _extra_runs(a, report, best)
         failures += more
+        report["codecs"] = _codec_figures(a)
     against = "the best pagestore run" if best else "the best store run"
     best = best or best_peer
     if best:

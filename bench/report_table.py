@@ -128,6 +128,20 @@ def commit_table(cmp) -> Table:
     return t
 
 
+def codecs_table(out) -> Table:
+    t = Table(title=f"Recovery-data codecs on the same pages (median of {out['rounds']} interleaved checkpoints)")
+    for c in ("codec", "pages", "ckpt ms/1k pages", "recovery-file ms/1k pages", "bytes/page",
+              "time vs disabled", "bytes cut"):
+        t.add_column(c, justify="left" if c == "codec" else "right")
+    dis = out["codecs"].get("disabled")
+    for name, r in out["codecs"].items():
+        t.add_row(name, _n(r["pages"]), _n(r["ckpt_ms_per_kpage"], 2), _n(r["recovery_ms_per_kpage"], 2),
+                  _n(r["recovery_bytes_per_page"]),
+                  _ratio(r["ckpt_ms_per_kpage"], dis and dis["ckpt_ms_per_kpage"]),
+                  _ratio(dis and dis["recovery_bytes_per_page"], r["recovery_bytes_per_page"]))
+    return t
+
+
 def checkpoint_table(lat, rate, seq, crash) -> Table:
     t = Table(title="Checkpoints: latency inside/outside, recovery-file rate, recovery after kill -9")
     t.add_column("figure")

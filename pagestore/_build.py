@@ -15,7 +15,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
-SOURCES = ["crc32c.c", "pagemem.c", "walenc.c", "btree.c", "core.c", "recframe.c"]
+SOURCES = ["crc32c.c", "pagemem.c", "walenc.c", "btree.c", "core.c", "recframe.c", "walseal.c"]
 
 CALLBACKS = """
 extern "Python+C" int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
@@ -50,7 +50,7 @@ ffibuilder.set_source(
     include_dirs=[CSRC],
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
-    libraries=["pthread", "dl"],   # dl: liblz4.so.1 is loaded at run time (recframe.c)
+    libraries=["pthread", "dl"],   # dl: liblz4.so.1 and libcrypto are loaded at run time
 )
 
 if __name__ == "__main__":

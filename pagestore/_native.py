@@ -284,6 +284,17 @@ class Core:
             self._raise(rc)
         self._cb.wal_keep = [(buf, ptr)]
 
+    def wal_set_key(self, key: bytes, key_id: int) -> None:
+        """Seal every WAL record with AES-256-GCM under `key` (32 bytes) from the
+        next wal_attach on; key_id 1..255 goes in the segment headers, 0 stops
+        sealing. Only while no WAL is attached (before wal_attach, or after
+        wal_disable); needs `wal_seal_available()`."""
+        if not 0 <= key_id <= 255:
+            raise ValueError(f"key_id must be in 0..255, got {key_id}")
+        rc = lib.ps_wal_set_key(self._c, ffi.from_buffer("uint8_t[]", key), len(key), key_id)
+        if rc:
+            self._raise(rc)
+
     def set_snapshot_codec(self, name: str) -> None:
         """PAGE_SNAPSHOT codec of the physical mode from now on (SNAPSHOT_CODECS)."""
         if name not in SNAPSHOT_CODECS:
@@ -687,6 +698,11 @@ def frame_recovery_records(page_ids, images, page_size: int, codec: int, out) ->
     if got < 0:
         raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (page_size + 18)}")
     return got, fallbacks[0]
+
+
+def wal_seal_available() -> bool:
+    """True when libcrypto is loaded for the C encoder's sealed WAL records."""
+    return bool(lib.ps_wal_seal_available())
 
 
 def lz4_available() -> bool:

@@ -91,6 +91,7 @@ class Cipher:
             if not 1 <= kid <= MAX_KEY_ID or len(key) != KEY_SIZE:
                 raise ValueError(f"key id {kid}: ids are 1..255 and keys {KEY_SIZE} bytes")
         self._aes = {kid: AESGCM(bytes(key)) for kid, key in keys.items()}
+        self._keys = {kid: bytes(key) for kid, key in keys.items()}  # for the C WAL encoder and scanner
         self.key_id = current
         self._page_ad = _PAGE_AD + struct.pack("<H", len(page_context)) + bytes(page_context)
 
@@ -190,6 +191,39 @@ class Cipher:
                                _WALBLOCK_AD + _SEQ_INDEX.pack(seq, index) + raw[n:n + 4].tobytes())
         except InvalidTag:
             return None
+
+    # -- sealed WAL records (wal/recseal.py; the C encoder seals them) ------------
+    def encoder_key(self) -> tuple:
+        """(key id, key bytes) of the current key, for the C encoder's AES-GCM context."""
+        return self.key_id, self._keys[self.key_id]
+
+    def key_bytes(self, kid: int) -> bytes:
+        """Key `kid` for the C scanner of sealed WAL records (KeyError if not held)."""
+        return self._keys[kid]
+
+    def tag(self, kid: int, nonce: bytes, ad: bytes) -> bytes:
+        """The GCM tag of empty plaintext under key `kid` (a segment's key check)."""
+        return self._aes[kid].encrypt(nonce, b"", ad)
+
+    def check_tag(self, kid: int, nonce: bytes, tag, ad: bytes, where: str, path) -> None:
+        """EncryptionError naming `path` unless `tag` authenticates under key `kid`."""
+        aes = self._aes.get(kid) or self._no_key(kid, memoryview(bytes((kid,))), where, path)
+        try:
+            aes.decrypt(nonce, bytes(tag), ad)
+        except InvalidTag:
+            raise EncryptionError(f"{where}: key check failed (sealed with key id {kid}): wrong key "
+                                  "or a changed byte", path=path) from None
+
+    def decryptor(self, kid: int):
+        """f(nonce, ciphertext+tag, ad) -> plaintext, or None if it does not authenticate."""
+        decrypt = self._aes[kid].decrypt
+
+        def open_(nonce, data, ad):
+            try:
+                return decrypt(nonce, data, ad)
+            except InvalidTag:
+                return None
+        return open_
 
     # -- records ---------------------------------------------------------------
     def seal(self, data, context: bytes) -> bytes:

@@ -30,6 +30,7 @@ import recovery as _recovery
 import throttling
 import wal as _wal
 from wal import reader as _wal_reader
+from wal import recseal as _wal_recseal
 from wal import sealed as _wal_sealed
 from wal import segments as _wal_segments
 
@@ -154,10 +155,13 @@ class Database:
                              flush_interval=cfg.wal_flush_interval, direct=cfg.wal_direct,
                              end_lsn=lambda: self._signals.wal_end_lsn,
                              cipher=self._cipher, archive=cfg.wal_archive,
-                             archive_size=cfg.wal_archive_size)
+                             archive_size=cfg.wal_archive_size, sealing=self._wal_sealing(cfg))
         t_replay = time.perf_counter()
         replayed = self._replay(rec.replay_from_lsn)
         t_replay = time.perf_counter() - t_replay
+        if self._wal.sealing == "records":
+            kid, key = self._cipher.encoder_key()
+            self._core.wal_set_key(key, kid)
         self._core.wal_attach(*self._wal.start())
         report = self._wal.recovery_report
         self.recovery = {"action": rec.action, "pages_restored": rec.pages_restored,
@@ -182,6 +186,13 @@ class Database:
             # crash right after it has a consistent start again.
             self._ckpt.checkpoint(wait=True, reason="recovery")
         self.recovery["seconds"] = time.perf_counter() - t0
+
+    def _wal_sealing(self, cfg) -> str:
+        """How an encrypted WAL is sealed: each record by the C encoder when it can load
+        libcrypto (wal/recseal.py), else whole blocks at publish (wal/sealed.py)."""
+        if _native.wal_seal_available() and cfg.wal_segment_size <= _wal_recseal.MAX_SEGMENT:
+            return "records"
+        return "blocks"
 
     def _physical_records(self, wal_dir, lsn):
         """Legacy mode: the WAL's records from `lsn`, read without cutting anything

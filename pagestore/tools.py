@@ -24,8 +24,9 @@ from checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEAD
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
 from checkpoint.markers import cp_dir, read_marker, scan as scan_cp
 from wal.format import TYPE_NAMES
-from wal.sealed import is_sealed, open_segment, physical_size
 from wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
+from wal.recseal import record_opener
+from wal.sealed import is_sealed, open_segment, physical_size
 from wal.segments import read_slot
 
 from . import _native
@@ -346,7 +347,7 @@ def walk_segment(view: SegmentView, slot) -> dict:
     out = {"slot": slot.number, "file": slot.path, "seq": seq, "bytes": slot.size,
            "prev_end_lsn": slot.header.prev_end_lsn, "records": 0, "first_lsn": None,
            "last_lsn": None, "end_lsn": None, "types": {}, "checkpoint_ids": []}
-    for rec in segment_records(buf, base, S):
+    for rec in segment_records(buf, base, S, record_opener(slot.header, buf, view.cipher, slot.path)):
         out["records"] += 1
         if out["first_lsn"] is None:
             out["first_lsn"] = rec.lsn

@@ -65,6 +65,7 @@ from diskio import PosixFS
 from .format import BLOCK, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
     ROLLBACK, crc32c, decode_segment_header, payload_well_formed, physical_end
 from .reader import Record, segment_records as records_of
+from .recseal import record_opener
 from .sealed import NoKeyError, is_sealed, logical_segment
 
 __all__ = ["CompactedFile", "DEFAULT_MEMORY_BUDGET", "KEPT", "PLAIN_NAME", "COMPACT_NAME", "bound_archive",
@@ -111,8 +112,9 @@ def read_file(fs, path: str, n: int | None = None) -> bytes:
 def segment_records(buf, cipher=None, path=None):
     """(header, generator of the valid records of a plain segment), header None if invalid.
 
-    `buf` is the segment file's bytes; a sealed one is decrypted first
-    (wal/sealed.py), which needs `cipher`.
+    `buf` is the segment file's bytes; a block-sealed one is decrypted first
+    (wal/sealed.py), a record-sealed one has its records opened as they are
+    read (wal/recseal.py); both need `cipher`.
 
     Records are read from the segment's first record to the first invalid one
     (the rule of wal/reader.py, without the lookahead: a segment that follows
@@ -123,8 +125,9 @@ def segment_records(buf, cipher=None, path=None):
         return None, iter(())
     if is_sealed(h):
         buf = logical_segment(buf, cipher, path, h)
+    opener = record_opener(h, buf, cipher, path)
     size = min(h.segment_size, len(buf) - len(buf) % BLOCK)
-    return h, records_of(buf, h.seq * h.segment_size, size)
+    return h, records_of(buf, h.seq * h.segment_size, size, opener)
 
 
 # -- compacted files -------------------------------------------------------------
@@ -382,7 +385,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
             flush()
             continue
         buf = logical_segment(raw, cipher, path)          # decrypted once, read twice
-        h, recs = segment_records(buf)
+        h, recs = segment_records(buf, cipher, path)
         if h is None or h.seq != seq:                              # left in place, not compacted
             flush()
             continue
@@ -400,7 +403,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
         rnd.update(last=seq, end=end, held=rnd["held"] + size, bytes=rnd["bytes"] + len(raw))
         rnd["paths"].append(path)
         st["records_in"] += n_all
-        kept = (r for r in segment_records(buf)[1] if r.type in KEPT)
+        kept = (r for r in segment_records(buf, cipher, path)[1] if r.type in KEPT)
         if size > memory_budget:                                   # a round by itself, streamed
             flush(kept, min(size, chunk_size))
         else:

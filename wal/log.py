@@ -37,6 +37,7 @@ from diskio import PosixFS
 from .archive import Archive
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
 from .reader import RecoveryReport, scan
+from .recseal import MAX_SEGMENT, seal_header
 from .segments import WRITE_PATHS, Segments
 
 __all__ = ["Wal", "MODES", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE"]
@@ -55,13 +56,15 @@ class Wal:
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL, end_lsn=None,
                  max_syncs: int = DEFAULT_MAX_SYNCS, archive: str | None = None,
                  archive_size: int = 1 << 30, cipher=None, direct: bool = False,
-                 write_path: str | None = None):
+                 write_path: str | None = None, sealing: str = "blocks"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        seal_blocks = cipher is not None and sealing == "blocks"
         if write_path is None:
-            # Sealing happens when bytes are published, so an encrypted WAL
-            # needs the pwrite path (a shared mapping would put plaintext in the file).
-            write_path = "pwrite" if mode == "fsync" or direct or cipher is not None else "mmap"
+            # Block sealing happens when bytes are published, so it needs the
+            # pwrite path (a shared mapping would put plaintext in the file);
+            # records come out of the encoder sealed (sealing="records").
+            write_path = "pwrite" if mode == "fsync" or direct or seal_blocks else "mmap"
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
         if direct and write_path != "pwrite":
@@ -79,9 +82,12 @@ class Wal:
         self.write_path = write_path
         self.direct = direct
         self._end_lsn = end_lsn
-        self.cipher = cipher       # blocks are sealed at publish (wal/sealed.py)
-        self._segs = Segments(fs, dirpath, segment_size, None,
-                              write_path=write_path, direct=direct, cipher=cipher)
+        self.cipher = cipher       # blocks sealed at publish (wal/sealed.py) or records by the encoder
+        self.sealing = sealing if cipher is not None else None
+        if self.sealing == "records" and segment_size > MAX_SEGMENT:
+            raise ValueError(f"sealing='records' needs segment_size <= {MAX_SEGMENT}")
+        self._segs = Segments(fs, dirpath, segment_size, None, write_path=write_path,
+                              direct=direct, cipher=cipher, sealing=sealing)
         self._archive = Archive(fs, archive, archive_size, cipher=cipher) if archive else None
         self._segs.archive = self._archive
         self._pwrite = write_path == "pwrite"
@@ -184,7 +190,8 @@ class Wal:
                 raise ValueError(f"recovery stopped at lsn {self._scan_end.stop_lsn}, not {from_end_lsn}")
             fresh = self._scan_end.fresh_seq
         buf = self._segs.acquire(fresh)
-        buf[0:BLOCK] = encode_segment_header(self.segment_size, fresh, from_end_lsn)
+        head = encode_segment_header(self.segment_size, fresh, from_end_lsn)
+        buf[0:BLOCK] = seal_header(head, self.cipher) if self.sealing == "records" else head
         if self._pwrite:
             # The header is in the file at once, as with a mapping (a store
             # closed before its first record reopens after this segment).
@@ -407,6 +414,7 @@ class Wal:
             "wal_segments_live": len(self._segs.live),
             "wal_segments_archived": self._archive.archived if self._archive else 0,
             "wal_encrypted": self.cipher is not None,
+            "wal_sealing": self.sealing,
             "wal_write_path": self.write_path,
             "wal_direct": self.direct,
             "wal_pwrites": self._segs.pwrites,

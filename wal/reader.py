@@ -17,10 +17,14 @@ found means the writer got further than the stop: a valid record there is a
 and gaps raise a `WalRecoveryWarning` naming file and offset and are listed
 in the `RecoveryReport`; the caller (wal/log.py) then cuts the tail aside.
 
-Encrypted segments (wal/sealed.py) are read through `segs.read_buffer`,
-which decrypts them: a sealed block that does not authenticate reads as
-zeros, so it stops replay like a block never written, and the look-ahead
-reports written blocks after it. The tail kept aside stays sealed.
+Encrypted segments. Block-sealed ones (wal/sealed.py) are read through
+`segs.read_buffer`, which decrypts them: a sealed block that does not
+authenticate reads as zeros, so it stops replay like a block never written,
+and the look-ahead reports written blocks after it. The tail kept aside stays
+sealed. Record-sealed ones (wal/recseal.py) are read as they are stored and
+each record is opened after its crc checks (`segs.cipher`); one that does not
+authenticate is damage. The bulk scanner reads them only if it says so
+(`reads_sealed`), with the segment's key and salt.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, CONTINUED, DELETE, FIRST_RECORD,
                      PUT, REC_HDR, REC_HDR_LEN, ROLLBACK, TYPE_NAMES, WINDOW, crc32c,
                      decode_block_header, payload_well_formed, physical_end)
+from .recseal import record_opener
 
 __all__ = ["RUN", "Record", "RecordRun", "RecoveryReport", "ScanEnd", "WalRecoveryWarning",
            "record_offset", "segment_records",
@@ -244,8 +249,11 @@ def _gather(buf, base: int, o: int, n: int, good) -> bytes | None:
     return bytes(out)
 
 
-def read_record(buf, base: int, o: int, size: int, good: set):
-    """The valid Record at segment offset o, or a string saying why there is none."""
+def read_record(buf, base: int, o: int, size: int, good: set, opener=None):
+    """The valid Record at segment offset o, or a string saying why there is none.
+
+    `opener` (wal/recseal.py) opens the records of a record-sealed segment:
+    the Record holds the plaintext form, its end_lsn the stored length."""
     b = o - o % BLOCK
     if b not in good and not _block_ok(buf, base, b, good):
         return "bad block header"
@@ -277,6 +285,11 @@ def read_record(buf, base: int, o: int, size: int, good: set):
         body = memoryview(raw)[4:]
     if crc32c(body) != crc:
         return "crc mismatch"
+    if opener is not None:
+        raw = opener(o, raw)
+        if raw is None:
+            return "sealed record does not authenticate (a changed byte, or not this store's key)"
+        length = len(raw)
     if rtype == PUT:
         if length < 33 or 33 + sum(_kv.unpack_from(raw, 25)) != length:
             return "malformed PUT payload"
@@ -300,13 +313,13 @@ def record_offset(p: int, base: int, size: int) -> int | None:
     return o
 
 
-def segment_records(buf, base: int, size: int):
+def segment_records(buf, base: int, size: int, opener=None):
     """The valid records of one segment buffer, from its first record to the first
     invalid one (no lookahead: for tools and the archive, not for recovery)."""
     good: set = set()
     o = record_offset(base, base, size)
     while o is not None:
-        rec = read_record(buf, base, o, size, good)
+        rec = read_record(buf, base, o, size, good, opener)
         if type(rec) is str:
             return
         yield rec
@@ -325,7 +338,9 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
     simple, or invalid) this reader reads it as always, so where the log stops
     and everything reported about the stop is this reader's decision. The C
     scanner is `pagestore._native.wal_scan`; a scanner must accept only
-    records `read_record` accepts.
+    records `read_record` accepts. On a record-sealed segment it is called
+    only if it has `reads_sealed` set, with the opener's `scan_args` (key,
+    salt) as keyword arguments, and returns the records in plaintext form.
     """
     S = segs.segment_size
     by_seq: dict[int, list] = {}
@@ -341,13 +356,15 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
         if cur is not None:
             chain.append(cur)
             buf, base, good = segs.read_buffer(cur), seq * S, set()
+            opener = record_opener(cur.header, buf, getattr(segs, "cipher", None), cur.path)
             while True:
                 o = record_offset(p, base, S)
                 if o is None:
                     fail = None
                     break
-                if bulk is not None:
-                    n, raw, end = bulk(buf, base, o, S)
+                if bulk is not None and (opener is None or getattr(bulk, "reads_sealed", False)):
+                    n, raw, end = bulk(buf, base, o, S) if opener is None else \
+                        bulk(buf, base, o, S, **opener.scan_args)
                     if n:
                         report.records += n
                         p = base + end
@@ -355,9 +372,9 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
                         if sent is not None:
                             bulk = sent
                         continue
-                rec = read_record(buf, base, o, S, good)
+                rec = read_record(buf, base, o, S, good, opener)
                 if type(rec) is str:
-                    fail = (cur, buf, base, o, rec)
+                    fail = (cur, buf, base, o, rec, opener)
                     break
                 report.records += 1
                 p = rec.end_lsn
@@ -392,7 +409,7 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
 
 def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
     """Classify the stop and look ahead; returns the tail to keep aside, or None if clean."""
-    slot, buf, base, o, reason = fail
+    slot, buf, base, o, reason, opener = fail
     x = base + o
     b = o - o % BLOCK
     # A sealed block that did not open reads as zeros: name it if the stop is at or just before it.
@@ -418,7 +435,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
     for pos in range(o + 1, b + BLOCK - REC_HDR_LEN + 1):
         if _q.unpack_from(buf, pos + 8)[0] == base + pos:
             seen = True
-            if _gap_record(buf, base, pos, size, good, slot, report):
+            if _gap_record(buf, base, pos, size, good, slot, report, opener):
                 break
     for k in range(1, WINDOW + 1):
         nb = b + k * BLOCK
@@ -429,7 +446,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
             continue
         seen = True
         if hb[0] != CONTINUED and BLOCK_HDR_LEN <= hb[0] < BLOCK:
-            if _gap_record(buf, base, nb + hb[0], size, good, slot, report):
+            if _gap_record(buf, base, nb + hb[0], size, good, slot, report, opener):
                 break
     if seen and not damaged and not report.gaps:
         report.warn("damage", slot.path, o, x, "written data follows the end of the log" + note)
@@ -457,8 +474,8 @@ def _ours_but_lsn(buf, o: int, head: bytes, x: int, size: int) -> bool:
     return crc32c(raw[4:8] + _q.pack(x) + raw[16:]) == crc
 
 
-def _gap_record(buf, base, pos, size, good, slot, report) -> bool:
-    rec = read_record(buf, base, pos, size, good)
+def _gap_record(buf, base, pos, size, good, slot, report, opener=None) -> bool:
+    rec = read_record(buf, base, pos, size, good, opener)
     if type(rec) is str:
         return False
     report.warn("gap", slot.path, pos, rec.lsn,

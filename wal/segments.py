@@ -20,13 +20,16 @@ Invariants:
       4096-aligned memory of segment_size bytes, and `publish` pwrites
       whole 4 KiB blocks of it to the same offsets of the open slot file.
       Bytes of the file below the published point equal the buffer's.
-  (5) With a cipher (encryption_key), the pwrite path is the only one: the
-      buffer holds the plaintext segment, `publish` seals the blocks it
-      covers (wal/sealed.py: complete blocks in one pwrite, the partial
-      last block in a second one, to a tail slot), and slot files
-      are `physical_size(segment_size)` bytes. `read_buffer` gives readers
-      the plaintext segment back. O_DIRECT is refused: sealed blocks are
-      4128 bytes, not 4 KiB aligned.
+  (5) With a cipher (encryption_key) and sealing="records", the encoder
+      seals every record (wal/recseal.py): the buffer already holds what the
+      file must hold, so both write paths work as without a cipher.
+      With sealing="blocks" (the fallback when the C core has no libcrypto),
+      the pwrite path is the only one: the buffer holds the plaintext
+      segment, `publish` seals the blocks it covers (wal/sealed.py:
+      complete blocks in one pwrite, the partial last block in a second
+      one, to a tail slot), and slot files are `physical_size(segment_size)`
+      bytes. `read_buffer` gives readers the plaintext segment back. O_DIRECT
+      is refused: sealed blocks are 4128 bytes, not 4 KiB aligned.
 
 Every file operation goes through the `diskio` file system given.
 """
@@ -41,11 +44,14 @@ import threading
 from diskio import PosixFS, aligned_buffer
 
 from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
-from .sealed import BlockSealer, is_sealed, open_segment, physical_offset, physical_size, tail_offset
+from .recseal import SEALED_RECORDS
+from .sealed import (SEALED, BlockSealer, is_sealed, open_segment, physical_offset, physical_size,
+                     tail_offset)
 
-__all__ = ["Segments", "Slot", "read_slot", "slot_name", "WRITE_PATHS"]
+__all__ = ["Segments", "Slot", "read_slot", "slot_name", "SEALINGS", "WRITE_PATHS"]
 
 WRITE_PATHS = ("mmap", "pwrite")
+SEALINGS = ("blocks", "records")   # with a cipher: wal/sealed.py or wal/recseal.py
 
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
@@ -107,12 +113,16 @@ class Segments:
     """The slot files of one WAL directory."""
 
     def __init__(self, fs, dirpath: str, segment_size: int, archive=None, *,
-                 write_path: str = "mmap", direct: bool = False, cipher=None):
+                 write_path: str = "mmap", direct: bool = False, cipher=None,
+                 sealing: str = "blocks"):
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
+        if sealing not in SEALINGS:
+            raise ValueError(f"sealing must be one of {SEALINGS}, got {sealing!r}")
         if direct and write_path != "pwrite":
             raise ValueError("direct=True needs write_path='pwrite'")
-        if cipher is not None and direct:
+        self.seal_blocks = cipher is not None and sealing == "blocks"
+        if self.seal_blocks and direct:
             raise ValueError("option 'wal_direct': O_DIRECT cannot write an encrypted WAL "
                              "(sealed blocks are 4128 bytes, not 4 KiB aligned); turn off "
                              "wal_direct or encryption_key")
@@ -131,7 +141,7 @@ class Segments:
         self.archive = archive          # wal.archive.Archive or None
         self.dir = dirpath
         self.segment_size = segment_size
-        self.file_size = physical_size(segment_size) if cipher is not None else segment_size
+        self.file_size = physical_size(segment_size) if self.seal_blocks else segment_size
         if not fs.exists(dirpath):
             fs.makedirs(dirpath)
         self._lock = threading.Lock()
@@ -295,8 +305,8 @@ class Segments:
     def _prepare(self) -> _Live:
         """Preallocate a free or new slot and give it a buffer (invariants 1, 4)."""
         S, fs, P = self.segment_size, self.fs, self.file_size
-        if self.cipher is not None and not self.pwrite_path:
-            raise ValueError("an encrypted WAL writes through write_path='pwrite' (a shared "
+        if self.seal_blocks and not self.pwrite_path:
+            raise ValueError("a block-sealed WAL writes through write_path='pwrite' (a shared "
                              "mapping would put plaintext in the file)")
         with self._lock:
             reuse = min(self.free, default=None)
@@ -310,10 +320,12 @@ class Segments:
         new = slot.size == 0 and not fs.exists(slot.path)
         f = self._wfs.open(slot.path, create=new, direct=self.direct)
         try:
-            # A plaintext slot reused by an encrypted WAL is zeroed whole: its
-            # old records must not stay readable in a file that claims to be sealed.
+            # A slot of another kind reused by an encrypted WAL is zeroed whole:
+            # plaintext records must not stay readable in a file that claims to
+            # be sealed, and the other sealed layout would read as damage.
+            kind = SEALED if self.seal_blocks else SEALED_RECORDS
             zero_from = 0 if self.cipher is not None and not slot.blank and \
-                not is_sealed(slot.header) else slot.size
+                (slot.header is None or slot.header.flags != kind) else slot.size
             if slot.size < P or zero_from < slot.size:
                 # Allocate, then write the zeros: on ext4 a write into a
                 # fallocated (unwritten) extent converts it in the journal,
@@ -391,7 +403,7 @@ class Segments:
         if buf is None or hi <= lo:
             return
         f = live.file
-        if self.cipher is not None:
+        if self.seal_blocks:
             with live.seal_lock:
                 if live.sealer is None:
                     live.sealer = BlockSealer(self.cipher, seq, self.segment_size)

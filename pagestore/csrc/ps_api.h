@@ -164,6 +164,11 @@ int ps_open_existing(ps_core *c, uint64_t page_count);
 int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
                   uint64_t offset, uint64_t prev_end_lsn, int write_header);
 void ps_wal_disable(ps_core *c);
+/* Per-record AES-256-GCM sealing of the WAL (walenc.c, walseal.c): a 32-byte
+ * key and key_id 1..255, or key_id 0 to stop sealing; only while no WAL is
+ * attached.  Needs libcrypto (ps_wal_seal_available). */
+int ps_wal_seal_available(void);
+int ps_wal_set_key(ps_core *c, const uint8_t *key, uint32_t key_len, uint32_t key_id);
 int ps_set_snapshot_codec(ps_core *c, int codec);
 
 int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t vlen);

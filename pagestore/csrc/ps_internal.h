@@ -178,6 +178,11 @@ struct ps_core {
     uint64_t wal_seg_size, wal_seq, wal_off;
     uint64_t wal_rec_left;  /* bytes of the record being written not yet placed */
     uint64_t wal_rec_total;
+    void *seal_ctx;         /* EVP AES-256-GCM context keyed for sealed records, or NULL */
+    uint8_t seal_key_id;
+    uint8_t seal_salt[8];   /* salt of the attached segment's header */
+    uint8_t *seal_buf;      /* ciphertext of the record being appended */
+    size_t seal_cap;
 
     /* checkpoint */
     int ckpt_active;
@@ -258,6 +263,15 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
 int wal_physical(ps_core *c);
 void wal_physical_unlogged(ps_core *c);
 int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img);
+
+/* walseal.c: AES-256-GCM through the run-time loaded libcrypto.  seal_gcm
+ * encrypts the parts back to back into out and yields the tag; -1 on a
+ * libcrypto failure. */
+void *seal_ctx_new(const uint8_t key[32]);
+void seal_ctx_free(void *ctx);
+int seal_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len,
+             const wpart *parts, int nparts, uint8_t *out, uint8_t tag[16]);
+int seal_salt(uint8_t salt[8]);
 
 /* btree.c */
 int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,

@@ -1,7 +1,7 @@
 /* WAL encoder: appends records (docs/wal-format.md, version 1) straight into
  * the attached segment buffer at the LSN it reserves under the tree lock.
  *
- *   segment header (block 0): magic "PSWALSEG" @0, version u16 @8, 0 u16 @10,
+ *   segment header (block 0): magic "PSWALSEG" @0, version u16 @8, flags u16 @10,
  *     block size u32 @12, segment_size u64 @16, seq u64 @24,
  *     prev_end_lsn u64 @32, crc32c(0..40) u32 @40; rest of block 0 zero
  *   block header (every block >= 1): magic 0x4C575350 u32 @0, version u16 @4,
@@ -11,22 +11,56 @@
  *
  * A record never spans segments: if it does not fit in the rest of the
  * segment, the next segment is fetched through ps_py_wal_segment and its
- * header names the end LSN of the last record before it (prev_end_lsn). */
+ * header names the end LSN of the last record before it (prev_end_lsn).
+ *
+ * Sealed records (a key set by ps_wal_set_key; segment flags SEAL_FLAG): the
+ * header also holds key_id u8 @44, salt 8 @45 (fresh at every header
+ * written) and a key-check tag 16 @53, the AES-256-GCM tag of nothing under
+ * nonce salt || ff ff ff ff with AAD SEG_AAD || header[0..45).  A record's
+ * payload is AES-256-GCM ciphertext followed by its 16-byte tag (len counts
+ * it); nonce salt || u32 offset of the record in its segment, AAD the record
+ * bytes 4..17; the crc covers the ciphertext and tag. */
 #include "ps_internal.h"
 
 #define BLK PS_WAL_BLOCK
 #define BHDR PS_WAL_BLOCK_HDR
+#define SEAL_FLAG 2
+#define TAG 16
+#define SEG_AAD "pagestore/walseg/v2" /* with its NUL: 20 bytes */
+#define SEG_SEAL_END 45
+/* seal_buf's size from ps_wal_set_key on: more than any record of the
+ * unguarded fast paths (an inline cell is smaller than a page), see wal_fits */
+#define SEAL_BUF_MIN (64u << 10)
 
-static void write_seg_header(ps_core *c, uint8_t *base, uint64_t seq, uint64_t prev_end) {
+/* The key-check tag of a sealed header whose bytes [0, 45) are in place. */
+static int seg_check_tag(ps_core *c, const uint8_t *base, const uint8_t *salt, uint8_t tag[TAG]) {
+    uint8_t iv[12], aad[sizeof SEG_AAD + SEG_SEAL_END];
+    memcpy(iv, salt, 8);
+    memset(iv + 8, 0xFF, 4);
+    memcpy(aad, SEG_AAD, sizeof SEG_AAD);
+    memcpy(aad + sizeof SEG_AAD, base, SEG_SEAL_END);
+    return seal_gcm(c->seal_ctx, iv, aad, sizeof aad, NULL, 0, NULL, tag);
+}
+
+/* salt: the new segment's (sealing on), drawn before anything is written */
+static int write_seg_header(ps_core *c, uint8_t *base, uint64_t seq, uint64_t prev_end,
+                            const uint8_t *salt) {
     memset(base, 0, BLK);
     memcpy(base, "PSWALSEG", 8);
     wr16(base + 8, 1);
-    wr16(base + 10, 0);
+    wr16(base + 10, c->seal_ctx ? SEAL_FLAG : 0);
     wr32(base + 12, BLK);
     wr64(base + 16, c->wal_seg_size);
     wr64(base + 24, seq);
     wr64(base + 32, prev_end);
     wr32(base + 40, ps_crc32c(0, base, 40));
+    if (!c->seal_ctx) return 0;
+    base[44] = c->seal_key_id;
+    memcpy(base + 45, salt, 8);
+    memcpy(c->seal_salt, salt, 8);
+    if (seg_check_tag(c, base, salt, base + SEG_SEAL_END + 8))
+        return set_err(c, PS_E_IO, "AES-GCM failed on the WAL segment header");
+    return 0;
 }
 
 /* Physical end offset of a record of `len` bytes starting at `off`, or 0 if
@@ -46,10 +80,14 @@ static uint64_t phys_end(const ps_core *c, uint64_t off, uint64_t len) {
     return pos <= c->wal_seg_size ? pos : 0;
 }
 
+/* len: the plaintext record length.  Sealing, it also requires room for the
+ * ciphertext in seal_buf, so that the unguarded fast paths (btree.c), which
+ * rely on this, never meet an allocation failure in wal_append. */
 int wal_fits(const ps_core *c, uint64_t len) {
-    return !c->wal_on || phys_end(c, c->wal_off, len) != 0;
+    if (!c->wal_on) return 1;
+    if (c->seal_ctx && len - PS_WAL_REC_HDR > c->seal_cap) return 0;
+    return phys_end(c, c->wal_off, len + (c->seal_ctx ? TAG : 0)) != 0;
 }
-
 static void write_block_header(ps_core *c) {
     uint8_t *b = c->wal_base + c->wal_off;
     uint16_t first;
@@ -82,7 +120,7 @@ static void put_bytes(ps_core *c, const uint8_t *src, size_t n) {
 }
 
 /* Append one record; with the WAL disabled, succeed without writing.
- * On PS_E_WAL_FULL / PS_E_TOO_LARGE nothing has been written. */
+ * On PS_E_WAL_FULL / PS_E_TOO_LARGE / PS_E_NOMEM nothing has been written. */
 int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
                uint64_t *start_lsn, uint64_t *end_lsn) {
     if (!c->wal_on) {
@@ -90,36 +128,93 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
         if (end_lsn) *end_lsn = 0;
         return 0;
     }
-    uint64_t len = PS_WAL_REC_HDR;
-    for (int i = 0; i < nparts; i++) len += parts[i].n;
+    uint64_t plen = 0;
+    for (int i = 0; i < nparts; i++) plen += parts[i].n;
+    uint64_t len = PS_WAL_REC_HDR + plen + (c->seal_ctx ? TAG : 0);
     if (len > 0xFFFFFFFFull || phys_end(c, BLK, len) == 0) return PS_E_TOO_LARGE;
+    if (c->seal_ctx && plen > c->seal_cap) {
+        uint8_t *nb = realloc(c->seal_buf, plen);
+        if (!nb) return PS_E_NOMEM;
+        c->seal_buf = nb;
+        c->seal_cap = plen;
+    }
     if (phys_end(c, c->wal_off, len) == 0) {
-        uint8_t *nb = NULL;
+        uint8_t *nb = NULL, salt[8];
+        if (c->seal_ctx && seal_salt(salt))
+            return set_err(c, PS_E_IO, "getrandom failed: no salt for a sealed WAL segment");
         uint64_t prev_end = c->wal_seq * c->wal_seg_size + c->wal_off;
         if (ps_py_wal_segment(c->handle, c->wal_seq + 1, &nb) != 0 || nb == NULL)
             return PS_E_WAL_FULL;
         c->wal_seq++;
         c->wal_base = nb;
-        write_seg_header(c, nb, c->wal_seq, prev_end);
         c->wal_off = BLK;
+        int rc = write_seg_header(c, nb, c->wal_seq, prev_end, salt);
+        if (rc) return rc;
     }
     uint64_t off = c->wal_off;
     if (off % BLK == 0) off += BHDR;
     uint64_t lsn = c->wal_seq * c->wal_seg_size + off;
-    uint8_t hdr[PS_WAL_REC_HDR];
+    uint8_t hdr[PS_WAL_REC_HDR], tag[TAG];
     wr32(hdr + 4, (uint32_t)len);
     wr64(hdr + 8, lsn);
     hdr[16] = type;
     uint32_t crc = ps_crc32c(0, hdr + 4, PS_WAL_REC_HDR - 4);
+    wpart sealed[1] = {{c->seal_buf, plen}};
+    if (c->seal_ctx) {
+        /* offsets fit in u32: ps_wal_attach refuses sealing larger segments */
+        uint8_t iv[12];
+        memcpy(iv, c->seal_salt, 8);
+        wr32(iv + 8, (uint32_t)off);
+        if (seal_gcm(c->seal_ctx, iv, hdr + 4, PS_WAL_REC_HDR - 4, parts, nparts,
+                     c->seal_buf, tag))
+            return set_err(c, PS_E_IO, "AES-GCM failed on a WAL record");
+        parts = sealed;
+        nparts = 1;
+    }
     for (int i = 0; i < nparts; i++) crc = ps_crc32c(crc, parts[i].p, parts[i].n);
+    if (c->seal_ctx) crc = ps_crc32c(crc, tag, TAG);
     wr32(hdr, crc);
     c->wal_rec_total = c->wal_rec_left = len;
     put_bytes(c, hdr, PS_WAL_REC_HDR);
     for (int i = 0; i < nparts; i++) put_bytes(c, parts[i].p, parts[i].n);
+    if (c->seal_ctx) put_bytes(c, tag, TAG);
     uint64_t end = c->wal_seq * c->wal_seg_size + c->wal_off;
     c->sig->wal_end_lsn = end;
     if (start_lsn) *start_lsn = lsn;
     if (end_lsn) *end_lsn = end;
+    return 0;
+}
+
+/* Sealing on: the header written (write_header) or found at base must be a
+ * sealed one of this key; its salt seeds the records' nonces. */
+static int attach_seal(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
+                       uint64_t prev_end_lsn, int write_header) {
+    if (!c->seal_ctx) {
+        /* plain records must not land in a sealed segment */
+        if (!write_header && memcmp(base, "PSWALSEG", 8) == 0 && rd16(base + 10) == SEAL_FLAG)
+            return set_err(c, PS_E_ARG, "WAL segment %llu is sealed but no key is set",
+                           (unsigned long long)seq);
+        return write_header ? write_seg_header(c, base, seq, prev_end_lsn, NULL) : 0;
+    }
+    if (seg_size > 0xFFFFFFFFull)
+        return set_err(c, PS_E_ARG, "sealed WAL records need segment_size <= 4 GiB - 1");
+    if (write_header) {
+        uint8_t salt[8];
+        if (seal_salt(salt))
+            return set_err(c, PS_E_IO, "getrandom failed: no salt for a sealed WAL segment");
+        return write_seg_header(c, base, seq, prev_end_lsn, salt);
+    }
+    uint8_t tag[TAG];
+    if (memcmp(base, "PSWALSEG", 8) != 0 || rd16(base + 10) != SEAL_FLAG)
+        return set_err(c, PS_E_ARG, "WAL segment %llu is not a sealed-records segment",
+                       (unsigned long long)seq);
+    if (base[44] != c->seal_key_id)
+        return set_err(c, PS_E_ARG, "WAL segment %llu is sealed with key id %u, not %u",
+                       (unsigned long long)seq, base[44], c->seal_key_id);
+    if (seg_check_tag(c, base, base + 45, tag) || memcmp(tag, base + SEG_SEAL_END + 8, TAG))
+        return set_err(c, PS_E_ARG, "WAL segment %llu: key check failed (wrong key)",
+                       (unsigned long long)seq);
+    memcpy(c->seal_salt, base + 45, 8);
     return 0;
 }
 
@@ -128,16 +223,61 @@ int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
     if (!base || seg_size < (1u << 20) || seg_size % BLK || offset < BLK || offset > seg_size)
         return PS_E_ARG;
     pthread_rwlock_wrlock(&c->lock);
-    c->wal_base = base;
-    c->wal_seg_size = seg_size;
-    c->wal_seq = seq;
-    c->wal_off = offset;
-    c->wal_on = 1;
-    c->phys_reset = c->physical;
-    if (write_header) write_seg_header(c, base, seq, prev_end_lsn);
-    c->sig->wal_end_lsn = seq * seg_size + offset;
+    uint64_t old_size = c->wal_seg_size;
+    c->wal_seg_size = seg_size;            /* write_seg_header reads it */
+    int rc = attach_seal(c, base, seg_size, seq, prev_end_lsn, write_header);
+    if (rc) {
+        c->wal_seg_size = old_size;        /* a WAL attached before stays as it was */
+    } else {
+        c->wal_base = base;
+        c->wal_seq = seq;
+        c->wal_off = offset;
+        c->wal_on = 1;
+        c->phys_reset = c->physical;
+        c->sig->wal_end_lsn = seq * seg_size + offset;
+    }
     pthread_rwlock_unlock(&c->lock);
-    return 0;
+    return rc;
+}
+
+int ps_wal_set_key(ps_core *c, const uint8_t *key, uint32_t key_len, uint32_t key_id) {
+    if (key_id > 255 || (key_id && key_len != 32))
+        return set_err(c, PS_E_ARG, "WAL key: 32 bytes and key id 1..255 (0: no key)");
+    if (key_id && !ps_wal_seal_available())
+        return set_err(c, PS_E_ARG, "WAL sealing needs libcrypto, which could not be loaded");
+    pthread_rwlock_wrlock(&c->lock);
+    int rc = 0;
+    void *ctx = NULL;
+    if (c->wal_on) {
+        /* the attached segment's header decides whether its records are sealed */
+        rc = set_err(c, PS_E_ARG, "WAL key: set it before wal_attach (wal_disable first)");
+    } else if (key_id) {
+        ctx = seal_ctx_new(key);
+        if (!ctx) {
+            rc = set_err(c, PS_E_NOMEM, "cannot create the AES-GCM context");
+        } else if (c->seal_cap < SEAL_BUF_MIN) {
+            uint8_t *buf = realloc(c->seal_buf, SEAL_BUF_MIN);
+            if (buf) {
+                c->seal_buf = buf;
+                c->seal_cap = SEAL_BUF_MIN;
+            } else {
+                seal_ctx_free(ctx);
+                rc = PS_E_NOMEM;
+            }
+        }
+    }
+    if (!rc) {
+        seal_ctx_free(c->seal_ctx);
+        c->seal_ctx = ctx;
+        c->seal_key_id = (uint8_t)key_id;
+        if (!ctx) {
+            free(c->seal_buf);
+            c->seal_buf = NULL;
+            c->seal_cap = 0;
+        }
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
 }
 
 void ps_wal_disable(ps_core *c) {

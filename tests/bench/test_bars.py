@@ -121,3 +121,19 @@ def test_p99_bar_falls_back_to_the_full_speed_run_when_extreme_has_no_outside():
     assert row["status"] == "PASS"
     row = next(r for r in bars.issue6(ms[:1]) if "p99" in r["bar"])
     assert row["status"] == "n/a"
+
+
+def test_codec_bar_reads_the_interleaved_experiment_and_picks_the_codec_that_passes():
+    rep = _report()
+    rep["codecs"] = dict(rounds=5, codecs=dict(
+        disabled=dict(recovery_bytes_per_page=4096, ckpt_ms_per_kpage=10.0),
+        zstd=dict(recovery_bytes_per_page=1400, ckpt_ms_per_kpage=30.0),     # cuts most, slower
+        lz4=dict(recovery_bytes_per_page=1700, ckpt_ms_per_kpage=9.5)))
+    rows = [r for r in bars.evaluate(rep) if r["issue"] == 5]
+    cut = next(r for r in rows if r["bar"].startswith("skip_garbage or a codec"))
+    slow = next(r for r in rows if r["bar"].startswith("... without a slower checkpoint"))
+    assert "lz4" in cut["value"] and "lz4" in slow["bar"] and slow["status"] == "PASS"
+    assert abs(slow["ratio"] - 0.95) < 1e-9 and "interleaved" in slow["note"]
+    rep["codecs"]["codecs"]["lz4"]["ckpt_ms_per_kpage"] = 12.0             # now none passes both
+    slow = next(r for r in bars.evaluate(rep) if r["bar"].startswith("... without a slower"))
+    assert slow["status"] == "FAIL" and "zstd" in slow["bar"]

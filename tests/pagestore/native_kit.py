@@ -13,3 +13,20 @@ def scan(core, lo=None, hi=None, reverse=False):
             hi, hi_incl = items[-1][0], False
         else:
             lo, lo_incl = items[-1][0], False
+
+
+SEGMENT = 1 << 20
+
+
+class Segments:
+    """The wal_segment callback: a fresh bytearray per sequence number."""
+
+    def __init__(self, limit=None):
+        self.bufs = {}
+        self.limit = limit
+
+    def __call__(self, seq):
+        if self.limit is not None and len(self.bufs) >= self.limit:
+            return None
+        self.bufs[seq] = bytearray(b"\xAB" * SEGMENT)     # garbage: the writer must not rely on zeros
+        return self.bufs[seq]

@@ -17,24 +17,10 @@ import pytest
 from pagestore import _native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import scan  # noqa: E402
+from native_kit import Segments, scan  # noqa: E402
 
 BLOCK, BHDR, SEG = 4096, 24, 1 << 20
 PUT, DELETE, COMMIT, CHECKPOINT, SNAP, DELTA, ROLLBACK = 1, 2, 3, 4, 5, 6, 7
-
-
-class Segments:
-    """The wal_segment callback: a fresh bytearray per sequence number."""
-
-    def __init__(self, limit=None):
-        self.bufs = {}
-        self.limit = limit
-
-    def __call__(self, seq):
-        if self.limit is not None and len(self.bufs) >= self.limit:
-            return None
-        self.bufs[seq] = bytearray(b"\xAB" * SEG)     # garbage: the writer must not rely on zeros
-        return self.bufs[seq]
 
 
 def attach(core, segs):
