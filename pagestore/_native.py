@@ -563,7 +563,8 @@ def unpack_ops(data: bytes):
 WAL_SCAN_CHUNK = 4 << 20
 
 
-def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_SCAN_CHUNK):
+def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_SCAN_CHUNK,
+             key=None, salt=None):
     """The valid prefix of simple records of one WAL segment: PUT/DELETE with
     txid 0, and whole transactions written in one piece (their operations up to
     and including the COMMIT whose nops matches; see ps_wal_scan in walenc.c).
@@ -577,10 +578,21 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     record that is invalid, not simple, or too big for `cap`; the Python reader
     decides everything at that point. A record or transaction too big for
     `cap` at `offset` is scanned again with room for the whole segment.
+
+    With `key` (32 bytes) and `salt` (8, the segment header's) it reads a
+    record-sealed segment (wal/recseal.py; its header's key check is the
+    caller's): a record must also authenticate, and `raw` holds the records
+    in plaintext form, as `record_opener` returns them. Without libcrypto
+    (`wal_seal_available()` false) it takes nothing: (0, b"", offset).
     """
     src = ffi.from_buffer(buf)
     if len(src) < segment_size:
         raise ValueError(f"segment buffer of {len(src)} bytes, segment_size {segment_size}")
+    if key is not None:
+        if len(key) != 32 or salt is None or len(salt) != 8:
+            raise ValueError("a sealed WAL scan needs a 32-byte key and an 8-byte salt")
+        if not lib.ps_wal_seal_available():
+            return 0, b"", offset
     if cap > WAL_SCAN_CHUNK:
         scratch = bytearray(cap)               # a rare big transaction: not kept
     else:
@@ -593,15 +605,20 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     out_len = ffi.new("size_t *")
     end = ffi.new("uint64_t *")
     big = ffi.new("int *")
-    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
-                        out_len, end, big)
+    if key is None:
+        n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
+                            out_len, end, big)
+    else:
+        n = lib.ps_wal_scan_sealed(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch),
+                                   cap, out_len, end, big, bytes(key), bytes(salt))
     if n == 0 and big[0] and cap < segment_size:
-        return wal_scan(buf, base_lsn, offset, segment_size, segment_size)
+        return wal_scan(buf, base_lsn, offset, segment_size, segment_size, key=key, salt=salt)
     if n < 0:
         raise ValueError(f"bad WAL scan arguments (status {n})")
     return n, bytes(memoryview(scratch)[:out_len[0]]), end[0]
 
 
+wal_scan.reads_sealed = True   # wal/reader.py: takes a record-sealed segment's key and salt
 _scan_tls = threading.local()
 
 

@@ -266,12 +266,17 @@ int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img);
 
 /* walseal.c: AES-256-GCM through the run-time loaded libcrypto.  seal_gcm
  * encrypts the parts back to back into out and yields the tag; -1 on a
- * libcrypto failure. */
+ * libcrypto failure (seal_ctx_free frees either kind of context). */
 void *seal_ctx_new(const uint8_t key[32]);
 void seal_ctx_free(void *ctx);
 int seal_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len,
              const wpart *parts, int nparts, uint8_t *out, uint8_t tag[16]);
 int seal_salt(uint8_t salt[8]);
+/* open_gcm decrypts buf in place with a context from open_ctx_new: 1 if the
+ * tag authenticates, 0 if not, -1 on a libcrypto failure. */
+void *open_ctx_new(const uint8_t key[32]);
+int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
+             size_t n, const uint8_t tag[16]);
 
 /* btree.c */
 int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,

@@ -440,7 +440,24 @@ int wal_physical(ps_core *c) {
  * consumed (a transaction's COMMIT included); *out_len may be 0 for
  * transactions with no operation.  *tx_too_big says it stopped at `off`
  * because a record, or a transaction valid so far, outgrew `cap` (worth a
- * call with a bigger buffer). */
+ * call with a bigger buffer).
+ *
+ * ps_wal_scan_sealed, with a key, reads a record-sealed segment (SEAL_FLAG;
+ * its header's key check is the caller's: wal/recseal.py record_opener).
+ * Each record is checked as above on its stored bytes (crc over ciphertext
+ * and tag), must be at least 17 + 16 bytes, and its tag must authenticate
+ * (nonce salt || u32 offset, AAD stored bytes 4..17); it is copied in
+ * plaintext form (len - 16, crc recomputed), and the shape, transaction and
+ * cap rules apply to that form.  The same records wal/reader.py read_record
+ * accepts with the opener, and the same bytes it returns. */
+
+/* a sealed scan's key and salt; its decrypting context is the call's own,
+ * made at the first record that needs it */
+typedef struct {
+    const uint8_t *key, *salt;
+    void *ctx;
+} scan_key;
+
 static int scan_block_ok(const uint8_t *seg, uint64_t b, uint64_t base) {
     const uint8_t *h = seg + b;
     return rd32(h) == 0x4C575350u && rd16(h + 4) == 1 && rd64(h + 8) == base + b &&
@@ -483,7 +500,7 @@ static int scan_gather(const uint8_t *seg, uint64_t base, uint64_t off, uint64_t
  * dst (at most room bytes); its type, and *pos advanced past it.  0 when the
  * next record is invalid or of another type, -1 when it does not fit. */
 static int scan_one(const uint8_t *seg, uint64_t seg_size, uint64_t base, uint64_t *pos,
-                    uint8_t *dst, size_t room, uint64_t *ok, uint32_t *len_out) {
+                    uint8_t *dst, size_t room, uint64_t *ok, uint32_t *len_out, scan_key *sk) {
     uint64_t o = *pos;
     if (o < BLK + BHDR) o = BLK + BHDR;
     else if (o % BLK == 0) o += BHDR;
@@ -500,11 +517,33 @@ static int scan_one(const uint8_t *seg, uint64_t seg_size, uint64_t base, uint64
     uint8_t type = hdr[16];
     if (rd64(hdr + 8) != base + o || len < PS_WAL_REC_HDR) return 0;
     if (type != PS_REC_PUT && type != PS_REC_DELETE && type != PS_REC_COMMIT) return 0;
+    if (sk && len < PS_WAL_REC_HDR + TAG) return 0;
     uint64_t end = scan_phys_end(o, len);
     if (end > seg_size) return 0;
-    if (len > room) return -1;
-    if (!scan_gather(seg, base, o, len, dst, ok)) return 0;
-    if (ps_crc32c(0, dst + 4, len - 4) != crc) return 0;
+    if (!sk) {
+        if (len > room) return -1;
+        if (!scan_gather(seg, base, o, len, dst, ok)) return 0;
+        if (ps_crc32c(0, dst + 4, len - 4) != crc) return 0;
+    } else {
+        /* the record but its tag into dst, the tag aside; crc over both as stored */
+        uint32_t plen = len - TAG;
+        uint8_t tag[TAG], iv[12];
+        if (plen > room) return -1;
+        if (!scan_gather(seg, base, o, plen, dst, ok) ||
+            !scan_gather(seg, base, scan_phys_end(o, plen), TAG, tag, ok))
+            return 0;
+        if (ps_crc32c(ps_crc32c(0, dst + 4, plen - 4), tag, TAG) != crc) return 0;
+        if (!sk->ctx && !(sk->ctx = open_ctx_new(sk->key))) return 0;
+        memcpy(iv, sk->salt, 8);
+        wr32(iv + 8, (uint32_t)o);
+        /* AAD: the stored len, lsn, type, still in dst */
+        if (open_gcm(sk->ctx, iv, dst + 4, PS_WAL_REC_HDR - 4, dst + PS_WAL_REC_HDR,
+                     plen - PS_WAL_REC_HDR, tag) != 1)
+            return 0;
+        len = plen;
+        wr32(dst + 4, len);
+        wr32(dst, ps_crc32c(0, dst + 4, len - 4));
+    }
     if (type == PS_REC_PUT) {
         if (len < 33 || 33 + (uint64_t)rd32(dst + 25) + rd32(dst + 29) != len) return 0;
     } else if (type == PS_REC_DELETE) {
@@ -517,9 +556,9 @@ static int scan_one(const uint8_t *seg, uint64_t seg_size, uint64_t base, uint64
     return type;
 }
 
-int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
-                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
-                    int *tx_too_big) {
+static int64_t scan_run(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
+                        uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
+                        int *tx_too_big, scan_key *sk) {
     size_t used = 0;
     *tx_too_big = 0;
     int64_t n = 0;
@@ -531,7 +570,7 @@ int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, ui
     for (;;) {
         uint64_t pos = *end_off;
         uint32_t len;
-        int type = scan_one(seg, seg_size, base_lsn, &pos, out + used, cap - used, &ok, &len);
+        int type = scan_one(seg, seg_size, base_lsn, &pos, out + used, cap - used, &ok, &len, sk);
         if (type == -1 && used == 0) *tx_too_big = 1;
         if (type != PS_REC_PUT && type != PS_REC_DELETE) break;
         uint64_t txid = rd64(out + used + 17);
@@ -547,7 +586,7 @@ int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, ui
         for (;;) {
             uint32_t l;
             uint8_t *dst = out + gused;
-            type = scan_one(seg, seg_size, base_lsn, &pos, dst, cap - gused, &ok, &l);
+            type = scan_one(seg, seg_size, base_lsn, &pos, dst, cap - gused, &ok, &l, sk);
             if (type == PS_REC_COMMIT) {
                 /* scan_one copied it into out; keep it aside, it is not applied */
                 memcpy(commit, dst, sizeof commit);
@@ -569,5 +608,31 @@ int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, ui
         *end_off = pos;
     }
     *out_len = used;
+    return n;
+}
+
+int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
+                    uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
+                    int *tx_too_big) {
+    return scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big, NULL);
+}
+
+int64_t ps_wal_scan_sealed(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn,
+                           uint64_t off, uint8_t *out, size_t cap, size_t *out_len,
+                           uint64_t *end_off, int *tx_too_big, const uint8_t *key,
+                           const uint8_t *salt) {
+    if (!key)
+        return scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big,
+                        NULL);
+    if (!salt || seg_size > 0xFFFFFFFFull || !ps_wal_seal_available()) {
+        *out_len = 0;
+        *end_off = off;
+        *tx_too_big = 0;
+        return PS_E_ARG;
+    }
+    scan_key sk = {key, salt, NULL};
+    int64_t n = scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big,
+                         &sk);
+    seal_ctx_free(sk.ctx);
     return n;
 }

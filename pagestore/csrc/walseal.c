@@ -3,7 +3,9 @@
  * OpenSSL headers at build time, so the few prototypes are declared here
  * with opaque pointers.  libcrypto.so.3 is there wherever Python's ssl module
  * is.  One EVP context per core, keyed once; each record only sets its IV
- * (the default 12-byte GCM IV), ~230 ns for a 150-byte record. */
+ * (the default 12-byte GCM IV), ~230 ns for a 150-byte record.  The WAL
+ * scanner (ps_wal_scan_sealed) opens records with a decrypting context of
+ * its own, one per call, so concurrent scans share nothing mutable. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <sys/random.h>
@@ -11,6 +13,7 @@
 #include "ps_internal.h"
 
 #define EVP_CTRL_GCM_GET_TAG 0x10
+#define EVP_CTRL_GCM_SET_TAG 0x11
 #define CHUNK (1 << 30)   /* EVP lengths are int */
 
 typedef void *(*ctx_new_fn)(void);
@@ -31,6 +34,9 @@ static struct {
     update_fn update;
     final_fn final;
     ctrl_fn ctrl;
+    init_fn dinit;
+    update_fn dupdate;
+    final_fn dfinal;
 } evp;
 static int evp_ok;
 static pthread_once_t evp_once = PTHREAD_ONCE_INIT;
@@ -46,8 +52,11 @@ static void evp_load(void) {
     evp.update = (update_fn)dlsym(h, "EVP_EncryptUpdate");
     evp.final = (final_fn)dlsym(h, "EVP_EncryptFinal_ex");
     evp.ctrl = (ctrl_fn)dlsym(h, "EVP_CIPHER_CTX_ctrl");
+    evp.dinit = (init_fn)dlsym(h, "EVP_DecryptInit_ex");
+    evp.dupdate = (update_fn)dlsym(h, "EVP_DecryptUpdate");
+    evp.dfinal = (final_fn)dlsym(h, "EVP_DecryptFinal_ex");
     evp_ok = evp.ctx_new && evp.ctx_free && evp.aes_256_gcm && evp.init && evp.update &&
-             evp.final && evp.ctrl;
+             evp.final && evp.ctrl && evp.dinit && evp.dupdate && evp.dfinal;
 }
 
 int ps_wal_seal_available(void) {
@@ -65,14 +74,25 @@ void *seal_ctx_new(const uint8_t key[32]) {
     return ctx;
 }
 
+/* A decrypting context for open_gcm, keyed once (free it with seal_ctx_free). */
+void *open_ctx_new(const uint8_t key[32]) {
+    if (!ps_wal_seal_available()) return NULL;
+    void *ctx = evp.ctx_new();
+    if (ctx && evp.dinit(ctx, evp.aes_256_gcm(), NULL, key, NULL) != 1) {
+        evp.ctx_free(ctx);
+        ctx = NULL;
+    }
+    return ctx;
+}
+
 void seal_ctx_free(void *ctx) {
     if (ctx) evp.ctx_free(ctx);   /* cleanses the key schedule */
 }
 
-static int update(void *ctx, uint8_t *out, const uint8_t *in, size_t n) {
+static int update(update_fn fn, void *ctx, uint8_t *out, const uint8_t *in, size_t n) {
     while (n) {
         int k = n < CHUNK ? (int)n : CHUNK, got;
-        if (evp.update(ctx, out, &got, in, k) != 1 || (out && got != k)) return -1;
+        if (fn(ctx, out, &got, in, k) != 1 || (out && got != k)) return -1;
         if (out) out += k;
         in += k;
         n -= k;
@@ -91,10 +111,22 @@ int seal_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len
         n += parts[i].n;
     }
     /* GCM's final step outputs nothing: tag is only a valid pointer for it */
-    if (evp.init(ctx, NULL, NULL, NULL, iv) != 1 || update(ctx, NULL, aad, aad_len) ||
-        update(ctx, out, out, n) || evp.final(ctx, tag, &got) != 1 || got != 0)
+    if (evp.init(ctx, NULL, NULL, NULL, iv) != 1 || update(evp.update, ctx, NULL, aad, aad_len) ||
+        update(evp.update, ctx, out, out, n) || evp.final(ctx, tag, &got) != 1 || got != 0)
         return -1;
     return evp.ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, tag) == 1 ? 0 : -1;
+}
+
+int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
+             size_t n, const uint8_t tag[16]) {
+    int got;
+    uint8_t t[16], end[16];
+    memcpy(t, tag, 16);                  /* ctrl takes a non-const pointer */
+    if (evp.dinit(ctx, NULL, NULL, NULL, iv) != 1 || update(evp.dupdate, ctx, NULL, aad, aad_len) ||
+        update(evp.dupdate, ctx, buf, buf, n) || evp.ctrl(ctx, EVP_CTRL_GCM_SET_TAG, 16, t) != 1)
+        return -1;
+    /* the tag is compared here: <= 0 when it does not authenticate */
+    return evp.dfinal(ctx, end, &got) == 1 && got == 0;
 }
 
 int seal_salt(uint8_t salt[8]) {

@@ -1,5 +1,9 @@
 """Helpers shared by the native-core tests."""
 
+from pagestore import _native
+
+BLOCK = 4096
+
 
 def scan(core, lo=None, hi=None, reverse=False):
     """Every item in [lo, hi), paging through scan_batch like the facade."""
@@ -30,3 +34,13 @@ class Segments:
             return None
         self.bufs[seq] = bytearray(b"\xAB" * SEGMENT)     # garbage: the writer must not rely on zeros
         return self.bufs[seq]
+
+
+def wal_core(segs, key=None, key_id=1, **kw):
+    """A new 16 MiB core whose WAL starts in segs(0), sealing its records with `key` if given."""
+    c = _native.Core(4096, 4096 * 4096, 1024 * 4096, 0, wal_segment=segs, **kw)
+    c.format_new()
+    if key is not None:
+        c.wal_set_key(key, key_id)
+    c.wal_attach(segs(0), SEGMENT, 0, BLOCK, 0, True)
+    return c

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pagestore import _native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import Segments  # noqa: E402
+from native_kit import Segments, wal_core  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _native.wal_seal_available(), reason="no libcrypto")
 
@@ -29,13 +29,7 @@ SEG_AAD = b"pagestore/walseg/v2\x00"
 DATA_BYTES = (SEG // BLOCK - 1) * (BLOCK - BHDR)     # record bytes one segment holds
 
 
-def new_core(segs, key=None, key_id=1, **kw):
-    c = _native.Core(4096, 4096 * 4096, 1024 * 4096, 0, wal_segment=segs, **kw)
-    c.format_new()
-    if key is not None:
-        c.wal_set_key(key, key_id)
-    c.wal_attach(segs(0), SEG, 0, BLOCK, 0, True)
-    return c
+new_core = wal_core
 
 
 def header(buf):
