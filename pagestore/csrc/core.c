@@ -11,12 +11,8 @@
 
 #include "ps_internal.h"
 
-/* Page-aligned memory (2 MiB aligned when large).  No MADV_HUGEPAGE: with
- * this kernel's defrag=madvise, each first touch of a fresh 2 MiB huge page
- * compacts memory synchronously, a 5.4-5.7 ms stall in the put that grew the
- * store, once per ~500 new pages (15 of them in a 4 s 1M-key load).  Without
- * it the worst put was ~1 ms, a 1M-key bulk load ran at 699-719k/s instead of
- * 478-564k/s, and random gets were the same (930k/s both ways, 512 MiB). */
+/* Page-aligned memory, 2 MiB aligned when large (page memory may use huge
+ * pages: prefault.c). */
 static void *aligned(size_t n) {
     void *p = NULL;
     size_t align = n >= (4u << 20) ? (2u << 20) : 4096;
@@ -81,6 +77,7 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
         c->cow_owner[i] = COW_NONE;
     }
     c->ncow_free = c->ncow;
+    prefault_start(c);
     c->op_epoch = 1;
     c->sig->slots_total = nslots;
     c->sig->cow_capacity = ncow;
@@ -97,6 +94,7 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
 void ps_destroy(ps_core *c) {
     if (!c) return;
     if (c->slots) pthread_rwlock_destroy(&c->lock);
+    prefault_stop(c);
     free(c->mem); free(c->slots); free(c->free_slots); free(c->cow_mem);
     free(c->cow_free); free(c->cow_owner); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
     free(c->cellp); free(c->cells); free(c->zero_page); free(c->ckpt_ids);

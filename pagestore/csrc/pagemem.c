@@ -51,7 +51,11 @@ void pt_remove(ps_core *c, uint64_t id) {
 
 /* A free slot: from the free list, else by clock replacement of a clean page. */
 static int64_t slot_alloc(ps_core *c) {
-    if (c->nfree) return c->free_slots[--c->nfree];
+    if (c->nfree) {
+        uint32_t s = c->free_slots[--c->nfree];
+        prefault_need(c, s);
+        return s;
+    }
     uint64_t limit = 2 * (uint64_t)c->nslots + 1;
     for (uint64_t i = 0; i < limit; i++) {
         uint32_t s = c->clock_hand;
@@ -427,6 +431,7 @@ static int64_t install_image(ps_core *c, uint64_t id, const uint8_t *src) {
     if (!c->nfree || !ps_check_page(src, c->page_size, id)) return 0;
     if (pt_reserve(c, id)) return PS_E_NOMEM;
     uint32_t s = c->free_slots[--c->nfree];
+    prefault_need(c, s);
     uint8_t *p = slot_page(c, s);
     memcpy(p, src, c->page_size);
     wr32(p + H_CRC, 0);

@@ -184,6 +184,14 @@ struct ps_core {
     uint8_t *seal_buf;      /* ciphertext of the record being appended */
     size_t seal_cap;
 
+    /* prefault.c: page memory populated ahead of the fresh-slot frontier */
+    int pf_on, pf_stop;
+    pthread_t pf_thread;
+    pthread_mutex_t pf_mu;
+    pthread_cond_t pf_cv;
+    size_t pf_goal, pf_done;   /* under pf_mu */
+    size_t pf_asked;           /* under the tree write lock */
+
     /* checkpoint */
     int ckpt_active;
     uint64_t ckpt_id;
@@ -277,6 +285,11 @@ int seal_salt(uint8_t salt[8]);
 void *open_ctx_new(const uint8_t key[32]);
 int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
              size_t n, const uint8_t tag[16]);
+
+/* prefault.c: huge-page page memory populated by a thread ahead of use */
+void prefault_start(ps_core *c);
+void prefault_need(ps_core *c, uint32_t s);
+void prefault_stop(ps_core *c);
 
 /* btree.c */
 int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,

@@ -1,0 +1,39 @@
+"""Page memory uses huge pages populated ahead of the fresh-slot frontier by a
+thread (csrc/prefault.c), so no put pays the first-touch compaction of a
+2 MiB page: the populated prefix stays ahead of the slots in use and within
+page memory, and a small store does not start the thread."""
+
+import time
+
+import pagestore
+
+AHEAD = 8 << 20
+
+
+def wait_for(pred, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_populated_memory_runs_ahead_of_the_slots_in_use_and_stops_at_memory_size(tmp_path):
+    memory = 48 << 20
+    with pagestore.open(tmp_path / "s", memory_size=memory, checkpoint_interval=3600) as db:
+        assert wait_for(lambda: db.stats()["prefaulted_bytes"] >= AHEAD)
+        for step in range(4):
+            db.put_many((b"%016d" % i, b"x" * 100) for i in range(step * 60_000, (step + 1) * 60_000))
+            used = db.stats()["slots_used"] * 4096
+            assert wait_for(lambda: db.stats()["prefaulted_bytes"] >= min(memory, used + AHEAD // 2)), \
+                (db.stats()["prefaulted_bytes"], used)
+            assert db.stats()["prefaulted_bytes"] <= memory
+        assert db.stats()["prefaulted_bytes"] > 4 * AHEAD
+
+
+def test_a_small_page_memory_is_not_prefaulted(tmp_path):
+    with pagestore.open(tmp_path / "s", memory_size=8 << 20, checkpoint_interval=3600) as db:
+        db.put_many((b"%08d" % i, b"v") for i in range(10_000))
+        assert db.stats()["prefaulted_bytes"] == 0
+        assert db[b"00000042"] == b"v"
