@@ -11,6 +11,7 @@
  * slots below it are in use.  Where it is missing, nothing is prefaulted
  * and first touches fault in the writer, as plain memory does. */
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "ps_internal.h"
 
@@ -49,6 +50,7 @@ void prefault_start(ps_core *c) {
         pthread_mutex_destroy(&c->pf_mu);
         return;
     }
+    c->pf_pid = getpid();
     c->pf_on = 1;
 #else
     (void)c;
@@ -59,7 +61,7 @@ void prefault_start(ps_core *c) {
  * so pf_asked needs no lock; the thread's goal does). */
 void prefault_need(ps_core *c, uint32_t s) {
     size_t edge = ((size_t)s + 1) * c->page_size;
-    if (!c->pf_on || edge + AHEAD / 2 <= c->pf_asked) return;
+    if (!c->pf_on || edge + AHEAD / 2 <= c->pf_asked || getpid() != c->pf_pid) return;
     c->pf_asked = edge + AHEAD;
     pthread_mutex_lock(&c->pf_mu);
     c->pf_goal = c->pf_asked;
@@ -69,6 +71,11 @@ void prefault_need(ps_core *c, uint32_t s) {
 
 void prefault_stop(ps_core *c) {
     if (!c->pf_on) return;
+    if (getpid() != c->pf_pid) {
+        /* a forked child: the thread stayed in the parent, there is nothing to join */
+        c->pf_on = 0;
+        return;
+    }
     pthread_mutex_lock(&c->pf_mu);
     c->pf_stop = 1;
     pthread_cond_signal(&c->pf_cv);

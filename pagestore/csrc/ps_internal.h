@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #endif
 #include <pthread.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -186,6 +187,7 @@ struct ps_core {
 
     /* prefault.c: page memory populated ahead of the fresh-slot frontier */
     int pf_on, pf_stop;
+    pid_t pf_pid;              /* the process whose thread it is (a fork has none) */
     pthread_t pf_thread;
     pthread_mutex_t pf_mu;
     pthread_cond_t pf_cv;

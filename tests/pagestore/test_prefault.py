@@ -37,3 +37,31 @@ def test_a_small_page_memory_is_not_prefaulted(tmp_path):
         db.put_many((b"%08d" % i, b"v") for i in range(10_000))
         assert db.stats()["prefaulted_bytes"] == 0
         assert db[b"00000042"] == b"v"
+
+
+def test_a_forked_child_can_destroy_its_copy_of_the_core_without_waiting_for_the_thread(tmp_path):
+    import os
+    db = pagestore.open(tmp_path / "s", memory_size=48 << 20, checkpoint_interval=3600)
+    try:
+        assert wait_for(lambda: db.stats()["prefaulted_bytes"] >= AHEAD)
+        pid = os.fork()
+        if pid == 0:                       # the thread stayed in the parent: nothing to join
+            try:
+                db._core.close()
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise AssertionError("the child hung destroying the core")
+            time.sleep(0.02)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        db.put(b"after", b"fork")
+        assert db[b"after"] == b"fork"
+    finally:
+        db.close()
