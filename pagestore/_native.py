@@ -605,12 +605,9 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     out_len = ffi.new("size_t *")
     end = ffi.new("uint64_t *")
     big = ffi.new("int *")
-    if key is None:
-        n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
-                            out_len, end, big)
-    else:
-        n = lib.ps_wal_scan_sealed(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch),
-                                   cap, out_len, end, big, bytes(key), bytes(salt))
+    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
+                        out_len, end, big, ffi.NULL if key is None else bytes(key),
+                        ffi.NULL if salt is None else bytes(salt))
     if n == 0 and big[0] and cap < segment_size:
         return wal_scan(buf, base_lsn, offset, segment_size, segment_size, key=key, salt=salt)
     if n < 0:

@@ -188,17 +188,13 @@ int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out);
 int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n);
 int64_t ps_stash_pages(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n);
 
-/* replay's fast path over one WAL segment buffer (walenc.c) */
+/* replay's fast path over one WAL segment buffer (walenc.c); with key (32
+ * bytes) and the header's salt (8 bytes) over a record-sealed segment, whose
+ * records come out in plaintext form (key NULL: a plain segment).  PS_E_ARG
+ * for a key without libcrypto (ps_wal_seal_available) or without a salt. */
 int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
                     uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
-                    int *tx_too_big);
-/* the same over a record-sealed segment: key 32 bytes and the header's salt
- * 8 bytes (key NULL: ps_wal_scan); records come out in plaintext form.
- * PS_E_ARG without libcrypto (ps_wal_seal_available) or a salt. */
-int64_t ps_wal_scan_sealed(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn,
-                           uint64_t off, uint8_t *out, size_t cap, size_t *out_len,
-                           uint64_t *end_off, int *tx_too_big, const uint8_t *key,
-                           const uint8_t *salt);
+                    int *tx_too_big, const uint8_t *key, const uint8_t *salt);
 
 int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
                   uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out);

@@ -442,7 +442,7 @@ int wal_physical(ps_core *c) {
  * because a record, or a transaction valid so far, outgrew `cap` (worth a
  * call with a bigger buffer).
  *
- * ps_wal_scan_sealed, with a key, reads a record-sealed segment (SEAL_FLAG;
+ * ps_wal_scan with a key reads a record-sealed segment (SEAL_FLAG;
  * its header's key check is the caller's: wal/recseal.py record_opener).
  * Each record is checked as above on its stored bytes (crc over ciphertext
  * and tag), must be at least 17 + 16 bytes, and its tag must authenticate
@@ -613,18 +613,8 @@ static int64_t scan_run(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn
 
 int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, uint64_t off,
                     uint8_t *out, size_t cap, size_t *out_len, uint64_t *end_off,
-                    int *tx_too_big) {
-    return scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big, NULL);
-}
-
-int64_t ps_wal_scan_sealed(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn,
-                           uint64_t off, uint8_t *out, size_t cap, size_t *out_len,
-                           uint64_t *end_off, int *tx_too_big, const uint8_t *key,
-                           const uint8_t *salt) {
-    if (!key)
-        return scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big,
-                        NULL);
-    if (!salt || seg_size > 0xFFFFFFFFull || !ps_wal_seal_available()) {
+                    int *tx_too_big, const uint8_t *key, const uint8_t *salt) {
+    if (key && (!salt || seg_size > 0xFFFFFFFFull || !ps_wal_seal_available())) {
         *out_len = 0;
         *end_off = off;
         *tx_too_big = 0;
@@ -632,7 +622,7 @@ int64_t ps_wal_scan_sealed(const uint8_t *seg, uint64_t seg_size, uint64_t base_
     }
     scan_key sk = {key, salt, NULL};
     int64_t n = scan_run(seg, seg_size, base_lsn, off, out, cap, out_len, end_off, tx_too_big,
-                         &sk);
+                         key ? &sk : NULL);
     seal_ctx_free(sk.ctx);
     return n;
 }

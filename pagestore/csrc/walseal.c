@@ -4,7 +4,7 @@
  * with opaque pointers.  libcrypto.so.3 is there wherever Python's ssl module
  * is.  One EVP context per core, keyed once; each record only sets its IV
  * (the default 12-byte GCM IV), ~230 ns for a 150-byte record.  The WAL
- * scanner (ps_wal_scan_sealed) opens records with a decrypting context of
+ * scanner (ps_wal_scan with a key) opens records with a decrypting context of
  * its own, one per call, so concurrent scans share nothing mutable. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -64,26 +64,22 @@ int ps_wal_seal_available(void) {
     return evp_ok;
 }
 
-void *seal_ctx_new(const uint8_t key[32]) {
+/* A context keyed once for encrypting, or decrypting (open_gcm); free it
+ * with seal_ctx_free.  The init function is picked after the load. */
+static void *ctx_new(int decrypt, const uint8_t key[32]) {
     if (!ps_wal_seal_available()) return NULL;
+    init_fn init = decrypt ? evp.dinit : evp.init;
     void *ctx = evp.ctx_new();
-    if (ctx && evp.init(ctx, evp.aes_256_gcm(), NULL, key, NULL) != 1) {
+    if (ctx && init(ctx, evp.aes_256_gcm(), NULL, key, NULL) != 1) {
         evp.ctx_free(ctx);
         ctx = NULL;
     }
     return ctx;
 }
 
-/* A decrypting context for open_gcm, keyed once (free it with seal_ctx_free). */
-void *open_ctx_new(const uint8_t key[32]) {
-    if (!ps_wal_seal_available()) return NULL;
-    void *ctx = evp.ctx_new();
-    if (ctx && evp.dinit(ctx, evp.aes_256_gcm(), NULL, key, NULL) != 1) {
-        evp.ctx_free(ctx);
-        ctx = NULL;
-    }
-    return ctx;
-}
+void *seal_ctx_new(const uint8_t key[32]) { return ctx_new(0, key); }
+
+void *open_ctx_new(const uint8_t key[32]) { return ctx_new(1, key); }
 
 void seal_ctx_free(void *ctx) {
     if (ctx) evp.ctx_free(ctx);   /* cleanses the key schedule */

@@ -1,8 +1,12 @@
 """Helpers shared by the native-core tests."""
 
+import struct
+
+from crc32c import crc32c
+
 from pagestore import _native
 
-BLOCK = 4096
+BLOCK, BHDR = 4096, 24
 
 
 def scan(core, lo=None, hi=None, reverse=False):
@@ -44,3 +48,36 @@ def wal_core(segs, key=None, key_id=1, **kw):
         c.wal_set_key(key, key_id)
     c.wal_attach(segs(0), SEGMENT, 0, BLOCK, 0, True)
     return c
+
+
+def logical(buf, pos, n):
+    """n record bytes from segment offset pos, skipping block headers; (bytes, end)."""
+    out = bytearray()
+    while len(out) < n:
+        if pos % BLOCK == 0:
+            pos += BHDR
+        k = min(n - len(out), BLOCK - pos % BLOCK)
+        out += buf[pos:pos + k]
+        pos += k
+    return bytes(out), pos
+
+
+def wal_records(buf, seq, size=SEGMENT):
+    """(offset, stored bytes) of the records of segment `seq`'s buffer, read by the
+    format document alone; they end where a record's length, lsn or crc does not
+    hold (the rest of a segment is garbage or zeros)."""
+    recs, pos = [], BLOCK
+    room = (size // BLOCK - 1) * (BLOCK - BHDR)          # record bytes a segment holds
+    while pos < size:
+        start = pos + BHDR if pos % BLOCK == 0 else pos
+        if size - start < 17:
+            break
+        crc, length, lsn, _typ = struct.unpack_from("<IIQB", logical(buf, pos, 17)[0])
+        if length < 17 or lsn != seq * size + start or length > room:
+            break
+        wire, end = logical(buf, pos, length)
+        if end > size or crc32c(wire[4:]) != crc:
+            break
+        recs.append((start, wire))
+        pos = end
+    return recs

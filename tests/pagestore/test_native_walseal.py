@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pagestore import _native
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import Segments, wal_core  # noqa: E402
+from native_kit import Segments, logical, wal_core, wal_records  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _native.wal_seal_available(), reason="no libcrypto")
 
@@ -46,18 +46,6 @@ def check_tag(buf, key):
     AESGCM(key).decrypt(salt + b"\xff" * 4, tag, SEG_AAD + bytes(buf[:45]))
 
 
-def logical(buf, pos, n):
-    """n record bytes from segment offset pos, skipping block headers; (bytes, end)."""
-    out = bytearray()
-    while len(out) < n:
-        if pos % BLOCK == 0:
-            pos += BHDR
-        k = min(n - len(out), BLOCK - pos % BLOCK)
-        out += buf[pos:pos + k]
-        pos += k
-    return bytes(out), pos
-
-
 def walk(segs, sealed):
     """Every record of every segment: (seq, offset, wire bytes), checking each crc
     (a record is where the crc holds; the rest of a segment is garbage)."""
@@ -65,20 +53,7 @@ def walk(segs, sealed):
     for seq in sorted(segs.bufs):
         buf = segs.bufs[seq]
         assert header(buf)[0] == (2 if sealed else 0)
-        pos = BLOCK
-        while pos < SEG:
-            start = pos + BHDR if pos % BLOCK == 0 else pos
-            if SEG - start < 17:
-                break
-            hdr, _ = logical(buf, pos, 17)
-            crc, length, lsn, _typ = struct.unpack_from("<IIQB", hdr)
-            if length < 17 or lsn != seq * SEG + start or length > DATA_BYTES:
-                break
-            wire, end = logical(buf, pos, length)
-            if end > SEG or crc32c.crc32c(wire[4:]) != crc:
-                break
-            recs.append((seq, start, wire))
-            pos = end
+        recs += [(seq, start, wire) for start, wire in wal_records(buf, seq)]
     return recs
 
 

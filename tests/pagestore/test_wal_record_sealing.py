@@ -16,9 +16,12 @@ from crc32c import crc32c
 from diskio import SimFS
 import pagestore
 from pagestore import _native
-from wal.format import BLOCK, FIRST_RECORD, decode_segment_header
+from wal.format import BLOCK, decode_segment_header
 from wal.reader import WalRecoveryWarning
 from wal.recseal import CHECK_AT, SALT_AT, SEALED_RECORDS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from native_kit import wal_records  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _native.wal_seal_available(),
                                 reason="the C core cannot load libcrypto: block sealing is used")
@@ -47,23 +50,7 @@ def write_and_kill(path, body, **options):
 
 def records(raw):
     """(offset, stored bytes) of the records of a segment file, by the block structure."""
-    S = len(raw)
-    o, out = FIRST_RECORD, []
-    while o + 17 <= S:
-        length = struct.unpack_from("<I", raw, o + 4)[0]
-        if length < 17 or struct.unpack_from("<Q", raw, o + 8)[0] == 0:
-            break
-        rec, at, left = bytearray(), o, length
-        while left:
-            if at % BLOCK == 0:
-                at += 24
-            take = min(left, BLOCK - at % BLOCK)
-            rec += raw[at:at + take]
-            at += take
-            left -= take
-        out.append((o, bytes(rec)))
-        o = at + 24 if at % BLOCK == 0 else at
-    return out
+    return wal_records(raw, struct.unpack_from("<Q", raw, 24)[0], len(raw))
 
 
 @pytest.mark.parametrize("mode", ["log_only", "fsync"])
