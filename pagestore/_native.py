@@ -284,6 +284,12 @@ class Core:
             self._raise(rc)
         self._cb.wal_keep = [(buf, ptr)]
 
+    def wal_set_unmap(self, on: bool) -> None:
+        """Let the encoder unmap the segment ranges it has written (MADV_DONTNEED).
+        Only for segment buffers that are shared mappings of their files: on
+        any other buffer it would zero the data."""
+        lib.ps_wal_set_unmap(self._c, 1 if on else 0)
+
     def wal_set_key(self, key: bytes, key_id: int) -> None:
         """Seal every WAL record with AES-256-GCM under `key` (32 bytes) from the
         next wal_attach on; key_id 1..255 goes in the segment headers, 0 stops

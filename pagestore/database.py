@@ -162,6 +162,7 @@ class Database:
         if self._wal.sealing == "records":
             kid, key = self._cipher.encoder_key()
             self._core.wal_set_key(key, kid)
+        self._core.wal_set_unmap(self._wal.shared_mapping)
         self._core.wal_attach(*self._wal.start())
         report = self._wal.recovery_report
         self.recovery = {"action": rec.action, "pages_restored": rec.pages_restored,

@@ -72,6 +72,9 @@ class AdaptivePolicy:
     """Phase-aware pacing of the checkpoint buffer (the default)."""
 
     name = "adaptive"
+    #: A store may ask at most this often per writer (seconds): parks come
+    #: in quanta of >= 1 ms, so a check every write buys nothing.
+    check_interval = 0.0002
     # Per check: the quantum grows fast when too many checks park and
     # shrinks slowly, so it stays sized between two checkpoints' windows.
     QUANTUM_UP = 1.01

@@ -119,6 +119,12 @@ class Wal:
         else:
             self.commit = self._commit_nothing
 
+    @property
+    def shared_mapping(self) -> bool:
+        """The writer's segment buffers are MAP_SHARED mappings of their files
+        (posix, mmap path): ranges written may be unmapped, the data stays."""
+        return not self._publish_needed
+
     # -- recovery ---------------------------------------------------------------
     def recover(self, from_lsn: int):
         """Iterate the valid records from `from_lsn`; when exhausted, cut the log there.

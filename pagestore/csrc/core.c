@@ -113,13 +113,13 @@ uint32_t ps_max_key(ps_core *c) { return c->max_key; }
 uint32_t ps_max_inline(ps_core *c) { return c->leaf_inline_max - LEAF_CELL_HDR; }
 
 void ps_set_page_fd(ps_core *c, int fd) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     c->page_fd = fd;
     pthread_rwlock_unlock(&c->lock);
 }
 
 void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fraction) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     c->thr_cow = cow_fraction > 0 ? (uint64_t)(cow_fraction * c->ncow + 0.999999) : 0;
     if (c->thr_cow == 0 && cow_fraction > 0) c->thr_cow = 1;
     c->thr_dirty = dirty_fraction > 0 ? (uint64_t)(dirty_fraction * c->nslots + 0.999999) : 0;
@@ -129,7 +129,7 @@ void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fr
 }
 
 int ps_format_new(ps_core *c) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     int rc = PS_E_ARG;
     if (c->ready) goto out;
     memset(&c->meta, 0, sizeof c->meta);
@@ -154,7 +154,7 @@ out:
 }
 
 int ps_open_existing(ps_core *c, uint64_t page_count) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     int rc = PS_E_ARG;
     if (c->ready) goto out;
     c->meta.page_count = 1;
@@ -227,7 +227,7 @@ static int log_delete(ps_core *c, uint64_t txid, const char *key, size_t klen, u
 int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t vlen) {
     if (klen > c->max_key || vlen > PS_MAX_VALUE) return PS_E_TOO_LARGE;
     uint64_t end = 0;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     op_begin(c, 1);
     int rc = bt_put(c, (const uint8_t *)key, klen, (const uint8_t *)val, vlen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
@@ -242,7 +242,7 @@ int64_t ps_delete(ps_core *c, const char *key, size_t klen) {
     if (klen > PS_MAX_KEY) return PS_E_TOO_LARGE;
     if (klen > c->max_key) return PS_E_NOT_FOUND;
     uint64_t end = 0;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     op_begin(c, 1);
     int rc = bt_delete(c, (const uint8_t *)key, klen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
@@ -256,11 +256,11 @@ int64_t ps_delete(ps_core *c, const char *key, size_t klen) {
 int64_t ps_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap) {
     if (klen > PS_MAX_KEY) return PS_E_TOO_LARGE;
     if (klen > c->max_key) return PS_E_NOT_FOUND;
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     int64_t r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
     pthread_rwlock_unlock(&c->lock);
     if (r != PS_RETRY) return r;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 1);
     unpin_op_all(c);
     pthread_rwlock_unlock(&c->lock);
@@ -290,7 +290,7 @@ int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
     uint64_t nops, end = 0;
     int rc = batch_check(c, b, len, &nops);
     if (rc) return rc;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     if (txid == 0) txid = c->wal_on ? c->sig->wal_end_lsn : 1;
     op_begin(c, 1);
     int logged = 0;
@@ -358,7 +358,7 @@ int64_t ps_apply_log(ps_core *c, const char *recs, size_t len) {
         }
         off += rl;
     }
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     op_begin(c, 1);
     int rc = 0;
     int64_t n = 0;
@@ -393,13 +393,13 @@ int64_t ps_apply_log(ps_core *c, const char *recs, size_t len) {
 int64_t ps_scan(ps_core *c, const char *lo, size_t lolen, int has_lo, int lo_incl,
                 const char *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
                 size_t max_bytes, char *out, size_t cap, size_t *out_len) {
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     int64_t r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi,
                         hilen, has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap,
                         out_len, 0);
     pthread_rwlock_unlock(&c->lock);
     if (r != PS_RETRY) return r;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi, hilen,
                 has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap, out_len, 1);
     pthread_rwlock_unlock(&c->lock);
@@ -409,7 +409,7 @@ int64_t ps_scan(ps_core *c, const char *lo, size_t lolen, int has_lo, int lo_inc
 int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len) {
     if (type < 1 || type > 255) return PS_E_ARG;
     uint64_t end = 0;
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     wpart parts[1] = {{payload, len}};
     int rc = wal_append(c, (uint8_t)type, parts, 1, NULL, &end);
     pthread_rwlock_unlock(&c->lock);
@@ -417,28 +417,28 @@ int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len) {
 }
 
 int64_t ps_count(ps_core *c) {
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     int64_t n = (int64_t)c->meta.key_count;
     pthread_rwlock_unlock(&c->lock);
     return n;
 }
 
 int64_t ps_height(ps_core *c) {
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     int64_t n = (int64_t)c->meta.height;
     pthread_rwlock_unlock(&c->lock);
     return n;
 }
 
 int ps_verify(ps_core *c, ps_verify_info *info) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     int rc = c->ready ? bt_verify(c, info) : PS_E_ARG;
     pthread_rwlock_unlock(&c->lock);
     return rc;
 }
 
 int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out) {
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     int64_t s = pt_find(c, page_id);
     if (s >= 0) memcpy(out, slot_page(c, (uint32_t)s), c->page_size);
     pthread_rwlock_unlock(&c->lock);
@@ -448,7 +448,7 @@ int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out) {
 /* Bulk install of page images read sequentially from the page file (replay
  * prefetch): one call per chunk instead of one read_page callback per miss. */
 int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     int64_t r = c->ready ? page_preload(c, first_id, pages, n) : PS_E_ARG;
     pthread_rwlock_unlock(&c->lock);
     return r;
@@ -457,7 +457,7 @@ int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n
 /* Recovery's restore, before open_existing: the restored images become
  * resident clean pages (page_stash). */
 int64_t ps_stash_pages(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     int64_t r = c->ready ? PS_E_ARG : page_stash(c, ids, pages, n);
     pthread_rwlock_unlock(&c->lock);
     return r;
@@ -472,7 +472,7 @@ static int cmp_u64(const void *a, const void *b) {
 
 int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
                   uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = PS_E_ARG;
@@ -523,6 +523,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
     }
     c->sig->dirty_pages = 0;
     c->sig->ckpt_pages = n;
+    prefault_cow(c, n);
     __atomic_store_n(&c->sig->ckpt_written, 0, __ATOMIC_RELAXED);
     c->sig->checkpoint_id = checkpoint_id;
     c->ckpt_active = 1;
@@ -565,16 +566,21 @@ static void stamp_ckpt_image(const ps_core *c, uint8_t *img) {
     wr32(img + H_CRC, ps_page_crc(img, c->page_size));
 }
 
+/* The read lock is taken per page and the CRC stamped outside it: held over
+ * a whole chunk (64 pages, ~60 us of copying and CRC) it made every writer
+ * that touched a page meanwhile wait for all of it, the bulk of the p99 put
+ * latency during a checkpoint's page-write phase. One page's memcpy is the
+ * longest a writer now waits for a copier. */
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
-    pthread_rwlock_rdlock(&c->lock);
     int rc = PS_OK;
     for (size_t i = 0; i < n && rc == PS_OK; i++) {
         uint8_t *dst = out + i * (size_t)c->page_size;
+        core_rdlock(c);
         rc = copy_ckpt_image(c, ids[i], dst);
+        pthread_rwlock_unlock(&c->lock);
         if (rc == PS_OK) stamp_ckpt_image(c, dst);
     }
     if (rc == PS_OK) __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
-    pthread_rwlock_unlock(&c->lock);
     return rc;
 }
 
@@ -590,7 +596,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
     uint8_t scratch[PS_MAX_PAGE] __attribute__((aligned(64)));   /* per caller: writers run in parallel */
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
-        pthread_rwlock_rdlock(&c->lock);
+        core_rdlock(c);
         int rc = copy_ckpt_image(c, ids[i], scratch);
         pthread_rwlock_unlock(&c->lock);
         if (rc != PS_OK) return rc;
@@ -608,7 +614,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
  * through the buffer's owner map, so the cost is the buffer size, not the
  * page memory size.  out must hold cow_capacity ids. */
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out) {
-    pthread_rwlock_rdlock(&c->lock);
+    core_rdlock(c);
     size_t n = 0;
     int rc = PS_OK;
     for (uint32_t i = 0; i < c->ncow; i++) {
@@ -635,7 +641,7 @@ static void release_slot(ps_core *c, slot_t *sl) {
 }
 
 int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     for (size_t i = 0; i < n; i++) {
         int64_t s = pt_find(c, ids[i]);
         if (s >= 0 && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
@@ -646,7 +652,7 @@ int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
 }
 
 int ps_ckpt_end(ps_core *c) {
-    pthread_rwlock_wrlock(&c->lock);
+    core_wrlock(c);
     for (uint32_t s = 0; s < c->nslots; s++)
         if (c->slots[s].used && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
     c->ckpt_active = 0;

@@ -9,7 +9,14 @@
  * grows; reused slots are already populated.  MADV_POPULATE_WRITE (Linux
  * 5.14) faults pages in without changing a byte, so it may run while the
  * slots below it are in use.  Where it is missing, nothing is prefaulted
- * and first touches fault in the writer, as plain memory does. */
+ * and first touches fault in the writer, as plain memory does.
+ *
+ * The checkpoint buffer too: a writer that changes a page of a running
+ * checkpoint copies it there first, and the first use of each buffer page
+ * faulted inside that put (~1-2 us, on most puts of a store's first
+ * checkpoints, since nearly every put then copies a page).  ckpt_begin asks
+ * for as much of the buffer as its checkpoint could use; copies take buffer
+ * pages from index 0 up, the order in which they are populated. */
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -23,8 +30,17 @@ static void *prefault_loop(void *arg) {
     size_t total = (size_t)c->nslots * c->page_size;
     pthread_mutex_lock(&c->pf_mu);
     for (;;) {
-        while (!c->pf_stop && c->pf_done >= c->pf_goal) pthread_cond_wait(&c->pf_cv, &c->pf_mu);
+        while (!c->pf_stop && c->pf_done >= c->pf_goal && c->pf_cow_done >= c->pf_cow_goal)
+            pthread_cond_wait(&c->pf_cv, &c->pf_mu);
         if (c->pf_stop) break;
+        if (c->pf_cow_done < c->pf_cow_goal) {      /* a checkpoint is running: its copies first */
+            size_t at = c->pf_cow_done, n = c->pf_cow_goal - at < STEP ? c->pf_cow_goal - at : STEP;
+            pthread_mutex_unlock(&c->pf_mu);
+            int ok = madvise(c->cow_mem + at, n, MADV_POPULATE_WRITE) == 0;
+            pthread_mutex_lock(&c->pf_mu);
+            c->pf_cow_done = ok ? at + n : (size_t)c->ncow * c->page_size;
+            continue;
+        }
         size_t at = c->pf_done, end = c->pf_goal < total ? c->pf_goal : total;
         pthread_mutex_unlock(&c->pf_mu);
         size_t n = end - at < STEP ? end - at : STEP;
@@ -66,6 +82,20 @@ void prefault_need(ps_core *c, uint32_t s) {
     pthread_mutex_lock(&c->pf_mu);
     c->pf_goal = c->pf_asked;
     pthread_cond_signal(&c->pf_cv);
+    pthread_mutex_unlock(&c->pf_mu);
+}
+
+/* A checkpoint of `pages` pages begins (under the tree write lock): it may
+ * copy up to that many pages into the checkpoint buffer. */
+void prefault_cow(ps_core *c, uint64_t pages) {
+    if (!c->pf_on || getpid() != c->pf_pid) return;
+    uint64_t n = pages < c->ncow ? pages : c->ncow;
+    size_t want = (size_t)n * c->page_size;
+    pthread_mutex_lock(&c->pf_mu);
+    if (want > c->pf_cow_goal) {
+        c->pf_cow_goal = want;
+        pthread_cond_signal(&c->pf_cv);
+    }
     pthread_mutex_unlock(&c->pf_mu);
 }
 

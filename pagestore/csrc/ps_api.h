@@ -165,6 +165,10 @@ int ps_open_existing(ps_core *c, uint64_t page_count);
 int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
                   uint64_t offset, uint64_t prev_end_lsn, int write_header);
 void ps_wal_disable(ps_core *c);
+/* on = 1 only when every segment buffer is a MAP_SHARED mapping of its file:
+ * the encoder then unmaps (MADV_DONTNEED) the ranges it has finished writing.
+ * On any other buffer that would zero the data. */
+void ps_wal_set_unmap(ps_core *c, int on);
 /* Per-record AES-256-GCM sealing of the WAL (walenc.c, walseal.c): a 32-byte
  * key and key_id 1..255, or key_id 0 to stop sealing; only while no WAL is
  * attached.  Needs libcrypto (ps_wal_seal_available). */

@@ -178,6 +178,8 @@ struct ps_core {
     uint8_t *wal_base;
     uint64_t wal_seg_size, wal_seq, wal_off;
     uint64_t wal_rec_left;  /* bytes of the record being written not yet placed */
+    int wal_unmap;          /* segments are shared file mappings: drop written ranges (walenc.c) */
+    uint64_t wal_unmapped;  /* [0, this) of the attached segment is no longer mapped */
     uint64_t wal_rec_total;
     void *seal_ctx;         /* EVP AES-256-GCM context keyed for sealed records, or NULL */
     uint8_t seal_key_id;
@@ -193,6 +195,7 @@ struct ps_core {
     pthread_cond_t pf_cv;
     size_t pf_goal, pf_done;   /* under pf_mu */
     size_t pf_asked;           /* under the tree write lock */
+    size_t pf_cow_goal, pf_cow_done;   /* checkpoint buffer bytes to populate, populated; under pf_mu */
 
     /* checkpoint */
     int ckpt_active;
@@ -210,6 +213,36 @@ struct ps_core {
 /* callbacks implemented in Python (extern "Python+C" in the cdef) */
 int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
 int ps_py_wal_segment(void *handle, uint64_t seq, uint8_t **base_out);
+
+/* The core lock, taken with a short spin before sleeping.  Every hold is
+ * short (one operation, or one page copied by a checkpoint writer), but a
+ * holder on the other core makes a plain pthread lock sleep in the kernel
+ * and the unlock pay a futex wake-up: a few microseconds per collision on a
+ * VM.  During a checkpoint a writer's put collided with the copiers' per-page
+ * read locks on most operations, which took its median from ~1.5 to ~8 us
+ * and its p99 to ~100 us (docs/architecture.md, "the core lock"). */
+#define PS_LOCK_SPINS 256
+static inline void ps_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+static inline void core_wrlock(ps_core *c) {
+    for (int i = 0; i < PS_LOCK_SPINS; i++) {
+        if (pthread_rwlock_trywrlock(&c->lock) == 0) return;
+        ps_cpu_relax();
+    }
+    pthread_rwlock_wrlock(&c->lock);
+}
+static inline void core_rdlock(ps_core *c) {
+    for (int i = 0; i < PS_LOCK_SPINS; i++) {
+        if (pthread_rwlock_tryrdlock(&c->lock) == 0) return;
+        ps_cpu_relax();
+    }
+    pthread_rwlock_rdlock(&c->lock);
+}
 
 /* pagemem.c */
 static inline uint8_t *slot_page(const ps_core *c, uint32_t s) {
@@ -291,6 +324,7 @@ int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len
 /* prefault.c: huge-page page memory populated by a thread ahead of use */
 void prefault_start(ps_core *c);
 void prefault_need(ps_core *c, uint32_t s);
+void prefault_cow(ps_core *c, uint64_t pages);
 void prefault_stop(ps_core *c);
 
 /* btree.c */

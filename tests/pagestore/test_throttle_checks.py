@@ -1,0 +1,93 @@
+"""How often a writer asks the throttling policy (pagestore/throttle.py).
+
+A policy that declares `check_interval` is asked at most that often per
+writer, unless the checkpoint buffer has moved by CHECK_COW_STEP of its
+capacity since its last answer; a policy without one is asked on every write.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from pagestore.throttle import Throttle
+
+
+class CountingPolicy:
+    name = "counting"
+
+    def __init__(self, check_interval=None):
+        if check_interval is not None:
+            self.check_interval = check_interval
+        self.asked = 0
+
+    def park_seconds(self, signals, now):
+        self.asked += 1
+        return 0.0
+
+
+def _db(cow_used=300, capacity=1000):
+    signals = SimpleNamespace(cow_used=cow_used, cow_capacity=capacity, dirty_pages=0, slots_total=10_000,
+                              pages_dirtied=0)
+    progress = dict(running=True, checkpoint_pages=500, recovery_pages_written=0, pages_written=0,
+                    phase="recovery_files", phase_elapsed=0.01, checkpoint_elapsed=0.02,
+                    last_phase_seconds={})
+    ckpt = SimpleNamespace(pending=lambda: True, request=lambda reason: None,
+                           phase_progress=lambda: progress)
+    core = SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None)
+    return SimpleNamespace(_signals=signals, _ckpt=ckpt, _core=core,
+                           config=SimpleNamespace(checkpoint_dirty_fraction=0.75))
+
+
+def test_a_policy_with_an_interval_is_asked_once_per_interval():
+    policy = CountingPolicy(check_interval=60.0)
+    t = Throttle(_db(), policy)
+    for _ in range(1000):
+        t.check()
+    assert policy.asked == 1
+
+
+def test_a_policy_with_an_interval_is_asked_again_when_the_buffer_moves():
+    db = _db(cow_used=300, capacity=1000)
+    policy = CountingPolicy(check_interval=60.0)
+    t = Throttle(db, policy)
+    t.check()
+    db._signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000) - 1   # less than one step
+    t.check()
+    assert policy.asked == 1
+    db._signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000)       # one step
+    t.check()
+    assert policy.asked == 2
+
+
+def test_a_policy_with_an_interval_is_asked_once_it_has_passed():
+    policy = CountingPolicy(check_interval=0.001)
+    t = Throttle(_db(), policy)
+    t.check()
+    threading.Event().wait(0.005)
+    t.check()
+    assert policy.asked == 2
+
+
+def test_each_writer_thread_is_asked_on_its_own_schedule():
+    policy = CountingPolicy(check_interval=60.0)
+    t = Throttle(_db(), policy)
+    t.check()
+    other = threading.Thread(target=t.check)
+    other.start()
+    other.join()
+    assert policy.asked == 2
+
+
+def test_a_policy_without_an_interval_is_asked_on_every_write():
+    policy = CountingPolicy()
+    t = Throttle(_db(), policy)
+    for _ in range(50):
+        t.check()
+    assert policy.asked == 50
+
+
+def test_the_default_policy_declares_an_interval_below_its_smallest_park():
+    import throttling
+    policy = throttling.make_policy(None)
+    assert 0 < policy.check_interval < policy.min_quantum
