@@ -39,6 +39,7 @@ static void *prefault_loop(void *arg) {
             int ok = madvise(c->cow_mem + at, n, MADV_POPULATE_WRITE) == 0;
             pthread_mutex_lock(&c->pf_mu);
             c->pf_cow_done = ok ? at + n : (size_t)c->ncow * c->page_size;
+            c->sig->cow_prefaulted_bytes = ok ? c->pf_cow_done : at;
             continue;
         }
         size_t at = c->pf_done, end = c->pf_goal < total ? c->pf_goal : total;

@@ -128,6 +128,7 @@ typedef struct ps_signals {
     uint64_t checkpoint_id;
     uint64_t ckpt_lock_ns;    /* how long the last ps_ckpt_begin held the tree write lock */
     uint64_t prefaulted_bytes; /* page memory populated ahead of use (prefault.c) */
+    uint64_t cow_prefaulted_bytes; /* checkpoint buffer populated for checkpoints (prefault.c) */
 } ps_signals;
 
 typedef struct ps_verify_info {

@@ -65,3 +65,16 @@ def test_a_forked_child_can_destroy_its_copy_of_the_core_without_waiting_for_the
         assert db[b"after"] == b"fork"
     finally:
         db.close()
+
+
+def test_a_checkpoint_has_the_buffer_it_may_copy_into_populated(tmp_path):
+    # 4,000+ dirty pages, a 16 MiB (4,096-page) buffer: a checkpoint may fill it
+    buf = 16 << 20
+    with pagestore.open(tmp_path / "s", memory_size=64 << 20, checkpoint_buffer_size=buf,
+                        checkpoint_interval=3600) as db:
+        assert db.stats()["cow_prefaulted_bytes"] < 1 << 20   # the opening checkpoint had a page or two
+        db.put_many((b"%016d" % i, b"x" * 900) for i in range(16_000))
+        pages = db.stats()["dirty_pages"]
+        db.checkpoint()
+        assert wait_for(lambda: db.stats()["cow_prefaulted_bytes"] >= min(buf, pages * 4096))
+        assert db.stats()["cow_prefaulted_bytes"] <= buf
