@@ -123,7 +123,8 @@ def commit_table(cmp) -> Table:
                   _ratio(ps.get((s["wal_mode"], s["threads"])), s["throughput"]))
     b = cmp.get("bare")
     if b:
-        t.add_row("bare pwrite+fdatasync", "fsync", "1", _n(b["ops_per_s"]), _n(b["p50_us"], 1),
+        name = "bare pwrite+fdatasync" + (" (mean of before/after)" if "before" in b else "")
+        t.add_row(name, "fsync", "1", _n(b["ops_per_s"]), _n(b["p50_us"], 1),
                   _n(b["p99_us"], 1), "–", "4,096", _ratio(ps.get(("fsync", 1)), b["ops_per_s"]))
     return t
 
