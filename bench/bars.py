@@ -244,9 +244,12 @@ def issue5(ms, enc, codecs=None) -> list:
     else:
         rows.append(_na(5, "compression cuts recovery bytes >= 2x", "compression runs missing"))
     if enc and enc.get("plain") and enc.get("encrypted"):
-        p, e = enc["plain"]["throughput"], enc["encrypted"]["throughput"]
+        e = enc["encrypted"]["throughput"]
+        plains = [enc["plain"]["throughput"]] + ([enc["plain_after"]["throughput"]] if enc.get("plain_after") else [])
+        p = sum(plains) / len(plains)
+        note = "ratio = cost fraction" + ("; plain = mean of the runs before and after" if len(plains) > 1 else "")
         rows.append(_row(5, "encryption costs <= 25 % of put throughput at full speed",
-                         f"{_f(e)} vs {_f(p)} ops/s", 1 - _div(e, p), "<=", 0.25, "ratio = cost fraction"))
+                         f"{_f(e)} vs {_f(p)} ops/s", 1 - _div(e, p), "<=", 0.25, note))
     else:
         rows.append(_na(5, "encryption costs <= 25 %", "encryption run missing"))
     rows.append(_na(5, "crash tests green in both modes, with and without encryption", "make test, not the bench"))

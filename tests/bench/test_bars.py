@@ -137,3 +137,13 @@ def test_codec_bar_reads_the_interleaved_experiment_and_picks_the_codec_that_pas
     rep["codecs"]["codecs"]["lz4"]["ckpt_ms_per_kpage"] = 12.0             # now none passes both
     slow = next(r for r in bars.evaluate(rep) if r["bar"].startswith("... without a slower"))
     assert slow["status"] == "FAIL" and "zstd" in slow["bar"]
+
+
+def test_encryption_cost_is_read_against_the_mean_of_the_plain_runs_around_it():
+    from bench import bars
+    enc = dict(plain=dict(throughput=100.0), encrypted=dict(throughput=75.0), plain_after=dict(throughput=80.0))
+    row = next(r for r in bars.issue5([], enc, None) if r["bar"].startswith("encryption costs"))
+    assert abs(row["ratio"] - (1 - 75.0 / 90.0)) < 1e-9 and row["status"] == "PASS"
+    enc["plain_after"] = dict(throughput=120.0)          # mean 110: cost 31.8 %
+    row = next(r for r in bars.issue5([], enc, None) if r["bar"].startswith("encryption costs"))
+    assert row["status"] == "FAIL"
