@@ -190,14 +190,15 @@ def _read_tree_direct(path: str) -> tuple[int, float]:
 
 def crash_recovery(n: int = 2_200_000, crash_point: str = "checkpoint.page_written", data_dir=None,
                    store_options=None, timeout: float = 600.0, value_size: int = 100,
-                   chunk_pages: int = 64) -> dict:
+                   chunk_pages: int = 256) -> dict:
     """kill -9 in a checkpoint's step 5 (child process), then time ``pagestore.open``.
 
     The child loads ``n`` keys and checkpoints them (phase A: the write-lock figure
     with that many dirty pages), reopens with ``PAGESTORE_CRASH_POINT`` set, dirties
     every page again, and checkpoints while a thread keeps putting new keys; the
     crash point kills it in step 5 (``checkpoint.page_written`` without ``@hit``:
-    about the middle, assuming ``chunk_pages`` pages per write). The parent reads the
+    about the middle, assuming ``chunk_pages`` pages per write: the checkpointer's
+    DEFAULT_CHUNK_PAGES, which bench may not import; a test keeps them equal). The parent reads the
     recovery files sequentially, times ``pagestore.open`` and checks 5,000 keys.
     """
     import numpy as np

@@ -21,3 +21,11 @@ def test_crash_in_step_5_is_recovered_and_timed(tmp_path):
 def test_sequential_write_rate_is_positive(tmp_path):
     r = ckptbench.sequential_write_rate(4 << 20, str(tmp_path))
     assert r["bytes"] == 4 << 20 and r["rate"] > 0
+
+
+def test_the_crash_child_assumes_the_checkpointers_chunk_size():
+    # the crash point's hit count is computed from it: a mismatch would miss step 5
+    import inspect
+    from bench import ckptbench
+    from checkpoint.checkpointer import DEFAULT_CHUNK_PAGES
+    assert inspect.signature(ckptbench.crash_recovery).parameters["chunk_pages"].default == DEFAULT_CHUNK_PAGES

@@ -94,7 +94,7 @@ def test_start_marker_and_recovery_files_survive_power_loss_before_first_page_wr
         cp = scan(after, "/db/cp")
         seen.append((cp.interrupted, sorted(cp.recovery.get(1, {}))))
     sink.on_write = check
-    start(threads=2).checkpoint()
+    start(threads=2, chunk_pages=64).checkpoint()     # two chunks at least: both writers write
     assert seen == [(1, [0, 1])]
 
 
