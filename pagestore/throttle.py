@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import time
 
-_monotonic = time.monotonic
-
 import throttling
 from throttling.signals import snapshot as _snapshot
 
 from . import _native
+
+_monotonic = time.monotonic
 
 # The core raises its hint from these fractions on; below them no policy parks.
 HINT_COW_FRACTION = 0.25

@@ -25,30 +25,32 @@
 #define AHEAD (8u << 20)   /* populated beyond the fresh-slot frontier */
 #define STEP (2u << 20)    /* one huge page per madvise: a stop request waits at most that */
 
+/* Populate one step of [*done, goal) of `base` with pf_mu dropped meanwhile;
+ * on failure (unsupported) *done jumps to `limit`: stop trying.  Returns the
+ * bytes now known populated, for the stats. */
+static size_t populate_step(ps_core *c, uint8_t *base, size_t *done, size_t goal, size_t limit) {
+    size_t at = *done, n = goal - at < STEP ? goal - at : STEP;
+    pthread_mutex_unlock(&c->pf_mu);
+    int ok = madvise(base + at, n, MADV_POPULATE_WRITE) == 0;
+    pthread_mutex_lock(&c->pf_mu);
+    *done = ok ? at + n : limit;
+    return ok ? at + n : at;
+}
+
 static void *prefault_loop(void *arg) {
     ps_core *c = arg;
-    size_t total = (size_t)c->nslots * c->page_size;
+    size_t total = (size_t)c->nslots * c->page_size, cow_total = (size_t)c->ncow * c->page_size;
     pthread_mutex_lock(&c->pf_mu);
     for (;;) {
         while (!c->pf_stop && c->pf_done >= c->pf_goal && c->pf_cow_done >= c->pf_cow_goal)
             pthread_cond_wait(&c->pf_cv, &c->pf_mu);
         if (c->pf_stop) break;
-        if (c->pf_cow_done < c->pf_cow_goal) {      /* a checkpoint is running: its copies first */
-            size_t at = c->pf_cow_done, n = c->pf_cow_goal - at < STEP ? c->pf_cow_goal - at : STEP;
-            pthread_mutex_unlock(&c->pf_mu);
-            int ok = madvise(c->cow_mem + at, n, MADV_POPULATE_WRITE) == 0;
-            pthread_mutex_lock(&c->pf_mu);
-            c->pf_cow_done = ok ? at + n : (size_t)c->ncow * c->page_size;
-            c->sig->cow_prefaulted_bytes = ok ? c->pf_cow_done : at;
-            continue;
-        }
-        size_t at = c->pf_done, end = c->pf_goal < total ? c->pf_goal : total;
-        pthread_mutex_unlock(&c->pf_mu);
-        size_t n = end - at < STEP ? end - at : STEP;
-        int ok = madvise(c->mem + at, n, MADV_POPULATE_WRITE) == 0;
-        pthread_mutex_lock(&c->pf_mu);
-        c->pf_done = ok ? at + n : total;   /* unsupported or failed: stop trying */
-        c->sig->prefaulted_bytes = ok ? c->pf_done : at;
+        if (c->pf_cow_done < c->pf_cow_goal)        /* a checkpoint is running: its copies first */
+            c->sig->cow_prefaulted_bytes =
+                populate_step(c, c->cow_mem, &c->pf_cow_done, c->pf_cow_goal, cow_total);
+        else
+            c->sig->prefaulted_bytes =
+                populate_step(c, c->mem, &c->pf_done, c->pf_goal < total ? c->pf_goal : total, total);
     }
     pthread_mutex_unlock(&c->pf_mu);
     return NULL;
