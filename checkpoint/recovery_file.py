@@ -37,11 +37,13 @@ class RecoveryFileWriter:
     file sees large sequential writes whatever the chunk size. `offset` is
     the logical end of the file (buffered bytes included).
 
-    Plain records (disabled / skip_garbage, no cipher) are framed by
-    `framer` when one is given: the C core's `frame_recovery_records`, one
-    GIL-free call per chunk, which is what lets the writer threads overlap.
-    Without it (or for a compressing codec or a cipher) the Python framing
-    below runs; it is the reference the C framing is tested against. The
+    Plain records (disabled / skip_garbage) are framed by `framer` when one
+    is given: the C core's `frame_recovery_records`, one GIL-free call per
+    chunk, which is what lets the writer threads overlap. A cipher with
+    `bulk` (libcrypto loaded) then seals the chunk's records in place, in C
+    too. Without a framer (or for a compressing codec, or a cipher without
+    `bulk`) the Python framing below runs; it is the reference the C
+    framing and sealing are tested against. The
     Python writer threads hold the GIL for every Python step, so the
     per-page work there is kept to a handful of C calls: headers by
     `pack_into`, payloads by slice assignment or a codec's `*_into`, CRCs
@@ -62,9 +64,14 @@ class RecoveryFileWriter:
         # the C framer takes disabled, skip_garbage and (where the system has
         # liblz4) lz4's fast mode: `framer.codecs` says which
         framed = getattr(framer, "codecs", (DISABLED, SKIP_GARBAGE))
-        self._framer = (framer if cipher is None and codec.id in framed
+        # a cipher with `bulk` seals whole chunks of plain records in C (no GIL):
+        # the records are framed as without a cipher, then sealed in place
+        self._bulk_seal = cipher is not None and getattr(cipher, "bulk", False)
+        plain = cipher is None or self._bulk_seal
+        self._seal_room = cipher.overhead if self._bulk_seal else 0
+        self._framer = (framer if plain and codec.id in framed
                         and not (codec.id == LZ4 and codec.level) else None)
-        self._compactor = (compactor if cipher is None and self._framer is None
+        self._compactor = (compactor if plain and self._framer is None
                            and codec.id not in (DISABLED, SKIP_GARBAGE) else None)
         self._file = fs.open(path, create=True, truncate=True)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
@@ -79,7 +86,7 @@ class RecoveryFileWriter:
 
     def _buffer(self, pages: int, per_page: int) -> memoryview:
         """The buffer, with room for `pages` records of up to `per_page` bytes after `_fill`."""
-        need = self._fill + pages * per_page
+        need = self._fill + pages * (per_page + self._seal_room)
         if len(self._out) < need:
             grown = bytearray(max(need, self.FLUSH_BYTES + pages * per_page))
             grown[:self._fill] = memoryview(self._out)[:self._fill]
@@ -95,7 +102,7 @@ class RecoveryFileWriter:
             out.release()
             self.gap_fallbacks += fallbacks
             end = start + n
-        elif self.cipher is None and self.codec.id in (DISABLED, SKIP_GARBAGE):
+        elif (self.cipher is None or self._bulk_seal) and self.codec.id in (DISABLED, SKIP_GARBAGE):
             end = self._append_plain(page_ids, images, start)
         elif self._compactor is not None:
             end = self._append_compacted(page_ids, images, start)
@@ -105,6 +112,9 @@ class RecoveryFileWriter:
 
     def _queued(self, start: int, end: int, pages: int) -> int:
         """Records of `pages` pages now fill [start, end) of the buffer; flush past FLUSH_BYTES."""
+        if self._bulk_seal:            # room reserved by `_buffer`
+            end = self.cipher.seal_records(self._out, start, end, self.checkpoint_id, self.writer,
+                                           self._written + start)
         self._fill = end
         self.offset += end - start
         self.pages += pages
@@ -189,7 +199,7 @@ class RecoveryFileWriter:
             cid, flags, n = codec.encode_into(images[base:base + ps], out, data, scratch)
             if want_gap and not flags & GAP_SKIPPED:
                 self.gap_fallbacks += 1
-            if cipher is not None:
+            if cipher is not None and not self._bulk_seal:
                 flags |= ENCRYPTED
                 sealed = cipher.seal(out[data:data + n], record_context(self.checkpoint_id, self.writer,
                                                                         at + pos, pid, cid, flags))

@@ -678,6 +678,7 @@ def file_header_info(head):
 
 __all__ = [
     "Core", "Retry", "NativeError", "pack_ops", "unpack_ops", "seal_page", "check_page",
+    "seal_pages", "seal_records",
     "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
     "MAX_KEY", "MAX_VALUE", "wal_scan",
 ]
@@ -718,6 +719,45 @@ def frame_recovery_records(page_ids, images, page_size: int, codec: int, out) ->
     if got < 0:
         raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (page_size + 18)}")
     return got, fallbacks[0]
+
+
+def seal_pages(key: bytes, key_id: int, ad_prefix: bytes, page_ids, images, out, page_size: int) -> None:
+    """AES-256-GCM sealed images (pagestore/cipher.py's page format) of the plain
+    pages `images` into `out`, without the GIL (pageseal.c). ValueError names the
+    first page whose last 32 bytes are not zero. Needs wal_seal_available()."""
+    ids, n = _u64_array(page_ids)
+    src = ffi.from_buffer(images)
+    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
+    if len(src) < n * page_size or len(dst) < n * page_size:
+        raise ValueError(f"{n} pages need {n * page_size} bytes in and out, "
+                         f"got {len(src)} and {len(dst)}")
+    bad = ffi.new("uint64_t *")
+    rc = lib.ps_seal_pages(key, key_id, ad_prefix, len(ad_prefix), ids, n, src, dst, page_size, bad)
+    if rc == lib.PS_E_CORRUPT:
+        raise ValueError(f"page {page_ids[bad[0]]}: the last 32 bytes of a plain page must be zero "
+                         "(they are not encrypted)")
+    if rc < 0:
+        raise RuntimeError(f"sealing pages failed (code {rc}): libcrypto or getrandom")
+
+
+def seal_records(key: bytes, key_id: int, checkpoint_id: int, writer: int, offset: int, buf,
+                 start: int, end: int) -> int:
+    """Seal, in place and without the GIL, the plain recovery-file records in
+    buf[start:end] (checkpoint/format.py's ENCRYPTED form; `offset` is the file
+    offset of buf[start]); returns the new end. ValueError when buf is too short
+    (nothing changed) or the records are malformed."""
+    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    if not 0 <= start <= end <= len(p):
+        raise ValueError(f"records [{start}, {end}) outside a buffer of {len(p)} bytes")
+    got = lib.ps_seal_records(key, key_id, checkpoint_id, writer, offset, p + start, end - start,
+                              len(p) - start)
+    if got == lib.PS_E_NEED_SPACE:
+        raise ValueError(f"buffer of {len(p)} bytes too short for the sealed records")
+    if got == lib.PS_E_CORRUPT:
+        raise ValueError("malformed or already sealed recovery-file records")
+    if got < 0:
+        raise RuntimeError(f"sealing records failed (code {got}): libcrypto or getrandom")
+    return start + int(got)
 
 
 def wal_seal_available() -> bool:

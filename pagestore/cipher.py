@@ -58,6 +58,7 @@ import struct
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from . import _native
 from .errors import ConfigError, EncryptionError
 
 KEY_SIZE = 32
@@ -94,6 +95,9 @@ class Cipher:
         self._keys = {kid: bytes(key) for kid, key in keys.items()}  # for the C WAL encoder and scanner
         self.key_id = current
         self._page_ad = _PAGE_AD + struct.pack("<H", len(page_context)) + bytes(page_context)
+        # the C core seals chunks of pages and records without the GIL when the
+        # system's libcrypto loads; this module's per-item sealing is the reference
+        self.bulk = _native.wal_seal_available()
 
     @classmethod
     def from_option(cls, value, page_context: bytes = DEFAULT_PAGE_CONTEXT) -> "Cipher":
@@ -130,6 +134,25 @@ class Cipher:
         ad = self._page_ad + _U64.pack(page_id) + head
         ct = memoryview(self._aes[kid].encrypt(nonce, mv[:u], ad))
         return b"".join((ct[:u], head, nonce, ct[u:]))
+
+    def seal_pages(self, page_ids, images, out, ps: int) -> None:
+        """`seal_page` of every page of `images` (page_ids[i] at i * ps) into `out`;
+        in one GIL-free C call when `bulk`."""
+        if self.bulk:
+            _native.seal_pages(self._keys[self.key_id], self.key_id, self._page_ad, page_ids,
+                               images, out, ps)
+            return
+        mv, dst = memoryview(images), memoryview(out)
+        for i, pid in enumerate(page_ids):
+            dst[i * ps:(i + 1) * ps] = self.seal_page(mv[i * ps:(i + 1) * ps], pid)
+
+    def seal_records(self, buf, start: int, end: int, checkpoint_id: int, writer: int,
+                     offset: int) -> int:
+        """Seal the plain recovery-file records in buf[start:end] in place (C, needs
+        `bulk`); the new end. The per-record reference is checkpoint/recovery_file.py's."""
+        kid = self.key_id
+        return _native.seal_records(self._keys[kid], kid, checkpoint_id, writer, offset, buf,
+                                    start, end)
 
     def open_page(self, raw, page_id: int, path) -> bytes:
         """The plain page from its on-disk image; EncryptionError if it does not authenticate."""

@@ -43,11 +43,10 @@ class PageFile:
         self.file = fs.open(self.path, create=not exists)
         if not exists:
             fs.fsync_dir(dirpath)
-        # Sealed pages need opening here, and the crash simulator (any non-posix
-        # file system) has no fd and must see every read and write.
+        # The crash simulator (any non-posix file system) has no fd and must see
+        # every write; sealed pages are sealed here first, then take the fd too.
         f = self.file
-        self._fd = (f.fileno() if cipher is None and isinstance(f, PosixFile) and not f.direct
-                    else None)
+        self._fd = f.fileno() if isinstance(f, PosixFile) and not f.direct else None
 
     def page_count_on_disk(self) -> int:
         return self.file.size() // self.page_size
@@ -77,8 +76,8 @@ class PageFile:
 
     def direct_fd(self) -> int | None:
         """The fd the C core may read and write pages through itself, or None when
-        every page must pass through this class."""
-        return self._fd
+        every page must pass through this class (sealed pages are opened here)."""
+        return self._fd if self.cipher is None else None
 
     def read_page(self, page_id: int, buf) -> None:
         """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""
@@ -103,7 +102,11 @@ class PageFile:
     def write_pages(self, page_ids, images) -> None:
         """Write sealed page images in place; runs of adjacent ids become one write."""
         ps = self.page_size
-        if self._fd is not None:   # plain posix: one C call, adjacent runs coalesced, no GIL
+        if self.cipher is not None:
+            sealed = bytearray(len(page_ids) * ps)
+            self.cipher.seal_pages(page_ids, images, sealed, ps)
+            images = sealed
+        if self._fd is not None:   # posix: one C call, adjacent runs coalesced, no GIL
             try:
                 n = pwrite_pages(self._fd, page_ids, images, ps)
             except OSError as e:
@@ -118,11 +121,7 @@ class PageFile:
             j = i + 1
             while j < n and page_ids[j] == page_ids[j - 1] + 1:
                 j += 1
-            if self.cipher is None:
-                data = mv[i * ps:j * ps]
-            else:
-                data = b"".join(self.cipher.seal_page(mv[k * ps:(k + 1) * ps], page_ids[k])
-                                for k in range(i, j))
+            data = mv[i * ps:j * ps]
             self.file.pwrite(data, page_ids[i] * ps)
             with self._count_lock:
                 self.bytes_written += len(data)

@@ -216,6 +216,20 @@ void ps_set_page_fd(ps_core *c, int fd);
 /* write page images in place (ids ascending; adjacent runs in one pwrite); bytes or -errno */
 int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *images, uint32_t page_size);
 
+/* AES-256-GCM in bulk (pageseal.c; formats in pagestore/cipher.py and
+ * checkpoint/format.py), needs ps_wal_seal_available.  ps_seal_pages seals n
+ * plain pages of src into dst: 0, PS_E_CORRUPT with *bad the index of a page
+ * whose last 32 bytes are not zero, PS_E_ARG, or PS_E_IO (libcrypto, random).
+ * ps_seal_records seals, in place, the plain records in buf[0, len) whose
+ * first byte sits at file `offset`: the new length, PS_E_NEED_SPACE when it
+ * would exceed cap (buf untouched), PS_E_CORRUPT for malformed or already
+ * sealed records, PS_E_ARG, PS_E_NOMEM or PS_E_IO. */
+int64_t ps_seal_pages(const uint8_t *key, uint32_t key_id, const uint8_t *ad_prefix,
+                      size_t prefix_len, const uint64_t *ids, size_t n, const uint8_t *src,
+                      uint8_t *dst, uint32_t page_size, uint64_t *bad);
+int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint_id,
+                        uint32_t writer, uint64_t offset, uint8_t *buf, size_t len, size_t cap);
+
 /* recovery-file records in bulk, no cipher, codec 0 disabled / 1 skip_garbage /
  * 4 lz4 (fast mode; only when ps_lz4_available: the system's liblz4.so.1)
  * (recframe.c; the format is checkpoint/format.py's).  ps_recframe frames n
