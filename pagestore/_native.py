@@ -678,7 +678,7 @@ def file_header_info(head):
 
 __all__ = [
     "Core", "Retry", "NativeError", "pack_ops", "unpack_ops", "seal_page", "check_page",
-    "seal_pages", "seal_records",
+    "seal_pages", "seal_records", "open_pages",
     "file_header_info", "crc32c", "crc32c_software", "crc32c_hardware_available",
     "MAX_KEY", "MAX_VALUE", "wal_scan",
 ]
@@ -738,6 +738,23 @@ def seal_pages(key: bytes, key_id: int, ad_prefix: bytes, page_ids, images, out,
                          "(they are not encrypted)")
     if rc < 0:
         raise RuntimeError(f"sealing pages failed (code {rc}): libcrypto or getrandom")
+
+
+def open_pages(keytab: bytes, ad_prefix: bytes, first_id: int, buf, page_size: int,
+               zero_bad: bool) -> tuple[int, int | None]:
+    """Open the sealed pages first_id.. of `buf` in place, without the GIL
+    (pageseal.c). Returns (pages opened, index of the first page that does not
+    authenticate or None); with `zero_bad` such pages are zeroed and skipped."""
+    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    n = len(p) // page_size
+    bad = ffi.new("uint64_t *")
+    got = lib.ps_open_pages(keytab, ad_prefix, len(ad_prefix), first_id, n, p, page_size,
+                            1 if zero_bad else 0, bad)
+    if got == lib.PS_E_CORRUPT:
+        return int(bad[0]), int(bad[0])
+    if got < 0:
+        raise RuntimeError(f"opening pages failed (code {got}): libcrypto")
+    return int(got), None
 
 
 def seal_records(key: bytes, key_id: int, checkpoint_id: int, writer: int, offset: int, buf,

@@ -98,6 +98,12 @@ class Cipher:
         # the C core seals chunks of pages and records without the GIL when the
         # system's libcrypto loads; this module's per-item sealing is the reference
         self.bulk = _native.wal_seal_available()
+        # ps_open_pages' key table: 256 slots of 32 bytes, then 256 "held" flags
+        tab = bytearray(256 * KEY_SIZE + 256)
+        for kid, key in self._keys.items():
+            tab[kid * KEY_SIZE:(kid + 1) * KEY_SIZE] = key
+            tab[256 * KEY_SIZE + kid] = 1
+        self._keytab = bytes(tab)
 
     @classmethod
     def from_option(cls, value, page_context: bytes = DEFAULT_PAGE_CONTEXT) -> "Cipher":
@@ -153,6 +159,35 @@ class Cipher:
         kid = self.key_id
         return _native.seal_records(self._keys[kid], kid, checkpoint_id, writer, offset, buf,
                                     start, end)
+
+    def open_pages(self, buf, first_id: int, path, ps: int, *, skip_bad: bool = False) -> int:
+        """Open the sealed pages first_id.. of writable `buf` in place (C when `bulk`,
+        else `open_page` each). A page that does not authenticate raises `open_page`'s
+        EncryptionError, or with `skip_bad` is zeroed (it then fails its page check and
+        a later read reports it). Returns the number of pages opened."""
+        mv = memoryview(buf)
+        n = len(mv) // ps
+        if self.bulk:
+            got, bad = _native.open_pages(self._keytab, self._page_ad, first_id, mv[:n * ps], ps,
+                                          skip_bad)
+            if bad is None:
+                return got
+            # the reference names the failure (the page's bytes are still as read)
+            raw = bytes(mv[bad * ps:(bad + 1) * ps])
+            self.open_page(raw, first_id + bad, path)
+            raise EncryptionError(f"{path}: page {first_id + bad}: did not open in C but opens "
+                                  "in Python: report this", path=path)
+        opened = 0
+        for i in range(n):
+            page = mv[i * ps:(i + 1) * ps]
+            try:
+                page[:] = self.open_page(page, first_id + i, path)
+                opened += 1
+            except EncryptionError:
+                if not skip_bad:
+                    raise
+                page[:] = bytes(ps)
+        return opened
 
     def open_page(self, raw, page_id: int, path) -> bytes:
         """The plain page from its on-disk image; EncryptionError if it does not authenticate."""

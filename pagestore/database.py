@@ -215,13 +215,15 @@ class Database:
         replay reach PRELOAD_RECORDS_PER_PAGE per page on disk (most pages
         would miss), the page file is first read sequentially in 8 MiB chunks into
         free page memory (`Core.preload`) instead of one read_page callback
-        per miss; an encrypted page file is left to the misses.
+        per miss; an encrypted page file is opened in bulk on the way (pages that
+        do not authenticate are zeroed, so they fail the core's check and a miss
+        reports them; without libcrypto it is left to the misses).
         """
         core, pages, sig = self._core, self._pages, self._signals
         apply, limit = core.apply_log, 4 << 20
         count = pending = size = 0
         batch = []
-        preload = pages.cipher is None
+        preload = pages.cipher is None or pages.cipher.bulk
 
         def load_pages():
             f, ps = pages.file, pages.page_size
@@ -234,6 +236,8 @@ class Database:
                 got = f.pread_into(mv[:min(step, total - first) * ps], first * ps) // ps
                 if got <= 0:
                     break
+                if pages.cipher is not None:
+                    pages.cipher.open_pages(mv[:got * ps], first, pages.path, ps, skip_bad=True)
                 core.preload(first, mv[:got * ps])
 
         def flush():
@@ -540,7 +544,9 @@ class Database:
                 pass
         self.__dict__.pop("_core", None)
         self.__dict__.pop("_pages", None)
-        self.__dict__.pop("_lock", None)
+        lock = self.__dict__.pop("_lock", None)
+        if lock is not None:      # a dead process's flock goes with its descriptors
+            lock.release()
 
     def _teardown(self) -> None:
         """Release what is still held, after a clean close or a failed open."""

@@ -85,10 +85,9 @@ class PageFile:
         if self.cipher is None:
             n = self.file.pread_into(buf, page_id * ps)
         else:
-            raw = self.file.pread(ps, page_id * ps)
-            n = len(raw)
+            n = self.file.pread_into(buf, page_id * ps)
             if n == ps:
-                buf[:] = self.cipher.open_page(raw, page_id, self.path)
+                self.cipher.open_pages(buf, page_id, self.path, ps)
         if n != ps:
             raise CorruptionError(
                 f"{self.path}: page {page_id} is beyond the end of the file ({n} of {ps} bytes)",

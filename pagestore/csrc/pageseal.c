@@ -20,7 +20,11 @@
  * "pagestore/record/v1\0" | key_id | "PSRECOVR" | u64 checkpoint | u16 writer
  * | u64 file offset of the record | u64 page id | u8 codec | u8 flags.
  *
- * Nonces are 96 random bits (getrandom), never derived: see cipher.py. */
+ * Nonces are 96 random bits (getrandom), never derived: see cipher.py.
+ *
+ * ps_open_pages opens sealed pages in place (page misses and the replay's
+ * preload of an encrypted store); what does not authenticate is reported or
+ * zeroed, never handed on as plaintext. */
 #include <errno.h>
 #include <sys/random.h>
 
@@ -151,4 +155,56 @@ int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint
     seal_ctx_free(ctx);
     free(plain);
     return rc ? rc : (int64_t)out_len;
+}
+
+int64_t ps_open_pages(const uint8_t *keytab, const uint8_t *ad_prefix, size_t prefix_len,
+                      uint64_t first_id, size_t n, uint8_t *buf, uint32_t page_size,
+                      int zero_bad, uint64_t *bad) {
+    if (page_size <= RESERVE || prefix_len + 12 > AD_MAX) return PS_E_ARG;
+    size_t u = page_size - RESERVE;
+    void *ctx[256] = {NULL};
+    uint8_t ad[AD_MAX];
+    memcpy(ad, ad_prefix, prefix_len);
+    /* decrypted beside the page and copied back only once the tag holds, so a
+     * page that fails keeps its sealed bytes for the caller's error report */
+    uint8_t *plain = malloc(u);
+    if (!plain) return PS_E_NOMEM;
+    int64_t rc = 0, opened = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint8_t *page = buf + i * page_size, *trailer = page + u;
+        uint8_t kid = trailer[0];
+        int ok = 0;
+        /* key id 0 never seals; an unknown id is the caller's to explain */
+        if (kid && keytab[256 * 32 + kid]) {
+            if (!ctx[kid] && !(ctx[kid] = open_ctx_new(keytab + (size_t)kid * 32))) {
+                rc = PS_E_IO;
+                break;
+            }
+            put64(ad + prefix_len, first_id + i);
+            memcpy(ad + prefix_len + 8, trailer, 4);
+            uint8_t iv[12], tag[16];
+            memcpy(iv, trailer + 4, 12);
+            memcpy(tag, trailer + 16, 16);
+            memcpy(plain, page, u);
+            int r = open_gcm(ctx[kid], iv, ad, prefix_len + 12, plain, u, tag);
+            if (r < 0) {
+                rc = PS_E_IO;
+                break;
+            }
+            ok = r == 1;
+        }
+        if (ok) {
+            memcpy(page, plain, u);
+            memset(trailer, 0, RESERVE);
+            opened++;
+        } else if (zero_bad) {
+            memset(page, 0, page_size);        /* fails the page check: a miss reports it */
+        } else {
+            *bad = i;                          /* still sealed, as read */
+            rc = PS_E_CORRUPT;
+        }
+    }
+    for (int k = 0; k < 256; k++) seal_ctx_free(ctx[k]);
+    free(plain);
+    return rc ? rc : opened;
 }

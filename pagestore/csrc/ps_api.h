@@ -229,6 +229,14 @@ int64_t ps_seal_pages(const uint8_t *key, uint32_t key_id, const uint8_t *ad_pre
                       uint8_t *dst, uint32_t page_size, uint64_t *bad);
 int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint_id,
                         uint32_t writer, uint64_t offset, uint8_t *buf, size_t len, size_t cap);
+/* ps_open_pages opens n sealed pages (ids first_id..) in buf in place; keytab
+ * holds 256 keys of 32 bytes (key id k at k * 32) then 256 flags (1: held).
+ * Returns the number opened; a page that does not authenticate (or names a
+ * key id not held) is zeroed when zero_bad, else PS_E_CORRUPT with *bad its
+ * index (pages before it are open, it and those after are not). */
+int64_t ps_open_pages(const uint8_t *keytab, const uint8_t *ad_prefix, size_t prefix_len,
+                      uint64_t first_id, size_t n, uint8_t *buf, uint32_t page_size,
+                      int zero_bad, uint64_t *bad);
 
 /* recovery-file records in bulk, no cipher, codec 0 disabled / 1 skip_garbage /
  * 4 lz4 (fast mode; only when ps_lz4_available: the system's liblz4.so.1)
