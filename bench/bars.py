@@ -272,27 +272,40 @@ def _p99_row(d, ms):
                 _div(src["lat_p99_ckpt_us"], src["lat_p99_no_ckpt_us"]), "<=", 2.0, note)
 
 
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def issue6(ms) -> list:
-    pol = {s["throttling"]: s for s in _by(ms, scenario="extreme", recovery_data="checkpoint",
-                                            compression="default", op_style="atomic", wal_mode="log_only")}
-    d = pol.get("default") or pol.get("adaptive")
-    if not d:
+    """The extreme runs of each policy (the quick job repeats them in interleaved
+    rounds): throughput compared by median, stalls and parks by the worst run."""
+    pol = {}
+    for s in _by(ms, scenario="extreme", recovery_data="checkpoint", compression="default",
+                 op_style="atomic", wal_mode="log_only"):
+        pol.setdefault("default" if s["throttling"] == "adaptive" else s["throttling"], []).append(s)
+    runs = pol.pop("default", None)
+    if not runs:
         return [_na(6, "throttling bars", "extreme default-policy run missing")]
-    rows = [_row(6, "default policy: 0 stalls", str(d["stalls"]), float(d["stalls"]), "<=", 0),
-            _row(6, "default policy: no park over 100 ms", f"{_f(d['park_seconds_max'] * 1000, 1)} ms",
-                 d["park_seconds_max"] / 0.1, "<=", 1.0),
-            _p99_row(d, ms)]
-    others = {k: v for k, v in pol.items() if k not in ("default", "adaptive")}
-    if others:
-        k, o = max(others.items(), key=lambda kv: kv[1]["throughput"])
+    stalls = max(r["stalls"] for r in runs)
+    park = max(r["park_seconds_max"] for r in runs)
+    rows = [_row(6, "default policy: 0 stalls", f"{stalls} (worst of {len(runs)} runs)", float(stalls),
+                 "<=", 0),
+            _row(6, "default policy: no park over 100 ms",
+                 f"{_f(park * 1000, 1)} ms (worst of {len(runs)} runs)", park / 0.1, "<=", 1.0),
+            _p99_row(runs[0], ms)]
+    d = _median([r["throughput"] for r in runs])
+    med = {k: _median([r["throughput"] for r in v]) for k, v in pol.items()}
+    n = f"medians of {len(runs)} and {min(len(v) for v in pol.values())}+ runs" if pol else ""
+    if med:
+        k, o = max(med.items(), key=lambda kv: kv[1])
         rows.append(_row(6, "default throughput >= 1.0x every other policy (extreme)",
-                         f"{_f(d['throughput'])} vs best other {k} {_f(o['throughput'])}/s",
-                         _div(d["throughput"], o["throughput"]), ">=", 1.0))
-    eb = others.get("exponential_backoff")
-    if eb:
+                         f"{_f(d)} vs best other {k} {_f(o)}/s", _div(d, o), ">=", 1.0, n))
+    if "exponential_backoff" in med:
+        eb = med["exponential_backoff"]
         rows.append(_row(6, "default throughput >= 1.5x exponential_backoff (extreme)",
-                         f"{_f(d['throughput'])} vs {_f(eb['throughput'])}/s",
-                         _div(d["throughput"], eb["throughput"]), ">=", 1.5))
+                         f"{_f(d)} vs {_f(eb)}/s", _div(d, eb), ">=", 1.5, n))
     return rows
 
 

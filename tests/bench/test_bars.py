@@ -147,3 +147,28 @@ def test_encryption_cost_is_read_against_the_mean_of_the_plain_runs_around_it():
     enc["plain_after"] = dict(throughput=120.0)          # mean 110: cost 31.8 %
     row = next(r for r in bars.issue5([], enc, None) if r["bar"].startswith("encryption costs"))
     assert row["status"] == "FAIL"
+
+
+def test_policy_bars_compare_medians_of_the_rounds_and_take_the_worst_stalls():
+    ext = dict(scenario="extreme")
+    ms = [_s(**ext, throughput=64.0), _s(**ext, throughput=80.0), _s(**ext, throughput=79.0, stalls=2),
+          _s(**ext, throttling="disabled", throughput=76.0), _s(**ext, throttling="disabled", throughput=70.0),
+          _s(**ext, throttling="exponential_backoff", throughput=68.0),
+          _s(**ext, throttling="exponential_backoff", throughput=40.0)]
+    rows = {r["bar"]: r for r in bars.issue6(ms)}
+    other = rows["default throughput >= 1.0x every other policy (extreme)"]
+    assert abs(other["ratio"] - 79.0 / 73.0) < 1e-9 and other["status"] == "PASS"   # median 79, not 64
+    eb = rows["default throughput >= 1.5x exponential_backoff (extreme)"]
+    assert abs(eb["ratio"] - 79.0 / 54.0) < 1e-9 and eb["status"] == "FAIL"
+    assert rows["default policy: 0 stalls"]["status"] == "FAIL"          # one run of three stalled
+    one = bars.issue6(ms[:1] + ms[3:4])
+    assert next(r for r in one if "every other" in r["bar"])["status"] == "FAIL"   # 64 < 76
+
+
+def test_quick_job_runs_every_policy_in_interleaved_rounds():
+    from bench.matrix import POLICY_ROUNDS, quick_configs
+    ext = [c.get("throttling") for c in quick_configs({}) if c.get("scenario") == "extreme"
+           and c.get("recovery_data") == "checkpoint" and not c.get("recovery_compression")
+           and c.get("op_style") is None]
+    assert ext[-POLICY_ROUNDS * 5:] == [None, "disabled", "exponential_backoff", "fill_rate",
+                                        "speed_based"] * POLICY_ROUNDS
