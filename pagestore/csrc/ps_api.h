@@ -174,6 +174,13 @@ void ps_wal_set_unmap(ps_core *c, int on);
  * key and key_id 1..255, or key_id 0 to stop sealing; only while no WAL is
  * attached.  Needs libcrypto (ps_wal_seal_available). */
 int ps_wal_seal_available(void);
+/* sealing prefers the AES-NI path of aesni.c where it loads (ps_gcm_fast_available);
+ * ps_gcm_set_fast(0) makes new contexts use EVP only; ps_gcm_seal seals once
+ * through the chosen path (fast 1 / EVP 0): PS_OK, PS_E_ARG if that path is missing */
+int ps_gcm_fast_available(void);
+void ps_gcm_set_fast(int on);
+int ps_gcm_seal(const uint8_t *key, const uint8_t *iv, const uint8_t *aad, size_t aad_len,
+                const uint8_t *in, size_t n, uint8_t *out, uint8_t *tag, int fast);
 int ps_wal_set_key(ps_core *c, const uint8_t *key, uint32_t key_len, uint32_t key_id);
 int ps_set_snapshot_codec(ps_core *c, int codec);
 

@@ -337,6 +337,13 @@ void *open_ctx_new(const uint8_t key[32]);
 int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
              size_t n, const uint8_t tag[16]);
 
+/* aesni.c: AES-256-GCM sealing through libcrypto's CRYPTO_gcm128 with an
+ * AES-NI block cipher; fastgcm_new is NULL where the CPU or libcrypto lacks it */
+void *fastgcm_new(const uint8_t key[32]);
+int fastgcm_seal(void *f, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
+                 size_t n, uint8_t tag[16]);
+void fastgcm_free(void *f);
+
 /* prefault.c: huge-page page memory populated by a thread ahead of use */
 void prefault_start(ps_core *c);
 void prefault_need(ps_core *c, uint32_t s);
