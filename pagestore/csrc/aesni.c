@@ -59,26 +59,21 @@ typedef struct fastgcm {
     void *gcm;
 } fastgcm;
 
-TARGET static __m128i expand_a(__m128i a, __m128i assist) {
-    assist = _mm_shuffle_epi32(assist, 0xff);
-    __m128i t = _mm_slli_si128(a, 4);
-    a = _mm_xor_si128(a, t);
-    t = _mm_slli_si128(t, 4);
-    a = _mm_xor_si128(a, t);
-    t = _mm_slli_si128(t, 4);
-    a = _mm_xor_si128(a, t);
-    return _mm_xor_si128(a, assist);
+/* x ^ x<<32 ^ x<<64 ^ x<<96: the running XOR of a round key's four words */
+TARGET static __m128i prefix_xor(__m128i x) {
+    x = _mm_xor_si128(x, _mm_slli_si128(x, 4));
+    return _mm_xor_si128(x, _mm_slli_si128(x, 8));
 }
 
+/* the even round keys: the previous one, and the rotated, substituted last word
+ * of the odd one with the round constant (aeskeygenassist's word 3) */
+TARGET static __m128i expand_a(__m128i a, __m128i assist) {
+    return _mm_xor_si128(prefix_xor(a), _mm_shuffle_epi32(assist, 0xff));
+}
+
+/* the odd round keys: the substituted (not rotated) last word of the even one */
 TARGET static __m128i expand_b(__m128i a, __m128i b) {
-    __m128i assist = _mm_shuffle_epi32(_mm_aeskeygenassist_si128(a, 0x00), 0xaa);
-    __m128i t = _mm_slli_si128(b, 4);
-    b = _mm_xor_si128(b, t);
-    t = _mm_slli_si128(t, 4);
-    b = _mm_xor_si128(b, t);
-    t = _mm_slli_si128(t, 4);
-    b = _mm_xor_si128(b, t);
-    return _mm_xor_si128(b, assist);
+    return _mm_xor_si128(prefix_xor(b), _mm_shuffle_epi32(_mm_aeskeygenassist_si128(a, 0x00), 0xaa));
 }
 
 #define ROUND_KEYS(i, rcon)                                              \
