@@ -67,11 +67,11 @@ class RecoveryFileWriter:
         # a cipher with `bulk` seals whole chunks of plain records in C (no GIL):
         # the records are framed as without a cipher, then sealed in place
         self._bulk_seal = cipher is not None and getattr(cipher, "bulk", False)
-        plain = cipher is None or self._bulk_seal
+        self._plain = cipher is None or self._bulk_seal     # records framed without a cipher
         self._seal_room = cipher.overhead if self._bulk_seal else 0
-        self._framer = (framer if plain and codec.id in framed
+        self._framer = (framer if self._plain and codec.id in framed
                         and not (codec.id == LZ4 and codec.level) else None)
-        self._compactor = (compactor if plain and self._framer is None
+        self._compactor = (compactor if self._plain and self._framer is None
                            and codec.id not in (DISABLED, SKIP_GARBAGE) else None)
         self._file = fs.open(path, create=True, truncate=True)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
@@ -102,7 +102,7 @@ class RecoveryFileWriter:
             out.release()
             self.gap_fallbacks += fallbacks
             end = start + n
-        elif (self.cipher is None or self._bulk_seal) and self.codec.id in (DISABLED, SKIP_GARBAGE):
+        elif self._plain and self.codec.id in (DISABLED, SKIP_GARBAGE):
             end = self._append_plain(page_ids, images, start)
         elif self._compactor is not None:
             end = self._append_compacted(page_ids, images, start)

@@ -152,9 +152,13 @@ TARGET static void ctr32_fn(const unsigned char *in, unsigned char *out, size_t 
     }
 }
 
-void *fastgcm_new(const uint8_t key[32]) {
+int fastgcm_available(void) {
     pthread_once(&fast_once, fast_load);
-    if (!fast_ok) return NULL;
+    return fast_ok;
+}
+
+void *fastgcm_new(const uint8_t key[32]) {
+    if (!fastgcm_available()) return NULL;
     fastgcm *f = aligned_alloc(64, (sizeof(fastgcm) + 63) & ~(size_t)63);
     if (!f) return NULL;
     expand_key(key, f->rk);

@@ -25,9 +25,6 @@
  * ps_open_pages opens sealed pages in place (page misses and the replay's
  * preload of an encrypted store); what does not authenticate is reported or
  * zeroed, never handed on as plaintext. */
-#include <errno.h>
-#include <sys/random.h>
-
 #include "ps_internal.h"
 
 #define RESERVE 32
@@ -38,31 +35,6 @@
 #define AD_MAX 512
 
 static const char RECORD_AD[] = "pagestore/record/v1";   /* sizeof includes the NUL */
-
-static int fill_random(uint8_t *p, size_t n) {
-    while (n) {
-        ssize_t r = getrandom(p, n, 0);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
 int64_t ps_seal_pages(const uint8_t *key, uint32_t key_id, const uint8_t *ad_prefix,
                       size_t prefix_len, const uint64_t *ids, size_t n, const uint8_t *src,
@@ -86,10 +58,10 @@ int64_t ps_seal_pages(const uint8_t *key, uint32_t key_id, const uint8_t *ad_pre
         uint8_t *trailer = out + u;
         memset(trailer, 0, 4);
         trailer[0] = (uint8_t)key_id;
-        put64(ad + prefix_len, ids[i]);
+        wr64(ad + prefix_len, ids[i]);
         memcpy(ad + prefix_len + 8, trailer, 4);
         wpart part = {src + i * page_size, u};
-        if (fill_random(trailer + 4, 12) ||
+        if (seal_random(trailer + 4, 12) ||
             seal_gcm(ctx, trailer + 4, ad, prefix_len + 12, &part, 1, out, trailer + 16))
             rc = PS_E_IO;
     }
@@ -105,7 +77,7 @@ int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint
     size_t records = 0, at = 0;
     while (at < len) {
         if (len - at < REC_HEAD) return PS_E_CORRUPT;
-        size_t n = get32(buf + at + 10);
+        size_t n = rd32(buf + at + 10);
         if (n > len - at - REC_HEAD || (buf[at + 9] & ENCRYPTED)) return PS_E_CORRUPT;
         at += REC_HEAD + n;
         records++;
@@ -124,7 +96,7 @@ int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint
     uint8_t *c = ad + sizeof RECORD_AD;
     c[0] = (uint8_t)key_id;
     memcpy(c + 1, "PSRECOVR", 8);
-    put64(c + 9, checkpoint_id);
+    wr64(c + 9, checkpoint_id);
     c[17] = (uint8_t)writer;
     c[18] = (uint8_t)(writer >> 8);
     int64_t rc = 0;
@@ -132,23 +104,23 @@ int64_t ps_seal_records(const uint8_t *key, uint32_t key_id, uint64_t checkpoint
     while (in < len && !rc) {
         const uint8_t *r = plain + in;
         uint8_t *w = buf + out;
-        size_t n = get32(r + 10);
+        size_t n = rd32(r + 10);
         memcpy(w, r, 10);                   /* page id, codec, flags */
         w[9] |= ENCRYPTED;
-        put32(w + 10, (uint32_t)(n + REC_SEAL));
-        put64(c + 19, offset + out);
+        wr32(w + 10, (uint32_t)(n + REC_SEAL));
+        wr64(c + 19, offset + out);
         memcpy(c + 27, w, 8);               /* page id */
         c[35] = w[8];
         c[36] = w[9];
         uint8_t *p = w + REC_HEAD;
         p[0] = (uint8_t)key_id;
         wpart part = {r + REC_HEAD, n};
-        if (fill_random(p + 1, 12) ||
+        if (seal_random(p + 1, 12) ||
             seal_gcm(ctx, p + 1, ad, sizeof ad, &part, 1, p + 13, p + 13 + n)) {
             rc = PS_E_IO;
             break;
         }
-        put32(w + REC_CRC_SPAN, ps_crc32c(ps_crc32c(0, w, REC_CRC_SPAN), p, n + REC_SEAL));
+        wr32(w + REC_CRC_SPAN, ps_crc32c(ps_crc32c(0, w, REC_CRC_SPAN), p, n + REC_SEAL));
         in += REC_HEAD + n;
         out += REC_HEAD + n + REC_SEAL;
     }
@@ -180,7 +152,7 @@ int64_t ps_open_pages(const uint8_t *keytab, const uint8_t *ad_prefix, size_t pr
                 rc = PS_E_IO;
                 break;
             }
-            put64(ad + prefix_len, first_id + i);
+            wr64(ad + prefix_len, first_id + i);
             memcpy(ad + prefix_len + 8, trailer, 4);
             uint8_t iv[12], tag[16];
             memcpy(iv, trailer + 4, 12);

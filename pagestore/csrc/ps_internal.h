@@ -330,7 +330,7 @@ void *seal_ctx_new(const uint8_t key[32]);
 void seal_ctx_free(void *ctx);
 int seal_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len,
              const wpart *parts, int nparts, uint8_t *out, uint8_t tag[16]);
-int seal_salt(uint8_t salt[8]);
+int seal_random(uint8_t *p, size_t n);   /* getrandom, all n bytes or -1: salts, nonces */
 /* open_gcm decrypts buf in place with a context from open_ctx_new: 1 if the
  * tag authenticates, 0 if not, -1 on a libcrypto failure. */
 void *open_ctx_new(const uint8_t key[32]);
@@ -339,6 +339,7 @@ int open_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len
 
 /* aesni.c: AES-256-GCM sealing through libcrypto's CRYPTO_gcm128 with an
  * AES-NI block cipher; fastgcm_new is NULL where the CPU or libcrypto lacks it */
+int fastgcm_available(void);
 void *fastgcm_new(const uint8_t key[32]);
 int fastgcm_seal(void *f, const uint8_t iv[12], const uint8_t *aad, size_t aad_len, uint8_t *buf,
                  size_t n, uint8_t tag[16]);

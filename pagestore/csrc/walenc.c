@@ -167,7 +167,7 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
     }
     if (phys_end(c, c->wal_off, len) == 0) {
         uint8_t *nb = NULL, salt[8];
-        if (c->seal_ctx && seal_salt(salt))
+        if (c->seal_ctx && seal_random(salt, 8))
             return set_err(c, PS_E_IO, "getrandom failed: no salt for a sealed WAL segment");
         uint64_t prev_end = c->wal_seq * c->wal_seg_size + c->wal_off;
         if (ps_py_wal_segment(c->handle, c->wal_seq + 1, &nb) != 0 || nb == NULL)
@@ -230,7 +230,7 @@ static int attach_seal(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t se
         return set_err(c, PS_E_ARG, "sealed WAL records need segment_size <= 4 GiB - 1");
     if (write_header) {
         uint8_t salt[8];
-        if (seal_salt(salt))
+        if (seal_random(salt, 8))
             return set_err(c, PS_E_IO, "getrandom failed: no salt for a sealed WAL segment");
         return write_seg_header(c, base, seq, prev_end_lsn, salt);
     }

@@ -126,12 +126,7 @@ void seal_ctx_free(void *ctx) {
 
 void ps_gcm_set_fast(int on) { __atomic_store_n(&fast_enabled, on != 0, __ATOMIC_RELAXED); }
 
-int ps_gcm_fast_available(void) {
-    uint8_t key[32] = {0};
-    void *f = fastgcm_new(key);
-    fastgcm_free(f);
-    return f != NULL;
-}
+int ps_gcm_fast_available(void) { return fastgcm_available(); }
 
 static int update(update_fn fn, void *ctx, uint8_t *out, const uint8_t *in, size_t n) {
     while (n) {
@@ -186,15 +181,15 @@ int open_gcm(void *gctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_le
     return evp.dfinal(ctx, end, &got) == 1 && got == 0;
 }
 
-int seal_salt(uint8_t salt[8]) {
-    size_t have = 0;
-    while (have < 8) {
-        ssize_t r = getrandom(salt + have, 8 - have, 0);
+int seal_random(uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t r = getrandom(p, n, 0);
         if (r < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
-        have += (size_t)r;
+        p += r;
+        n -= (size_t)r;
     }
     return 0;
 }
