@@ -2,11 +2,15 @@
 
 ``matrix_configs`` is the cartesian product recovery_data × compression ×
 wal_mode × throttling (× scenario × op style) over a base configuration.
-``quick_configs`` is the IEP-113 subset sized for about four minutes here:
+``quick_configs`` is the IEP-113 subset sized for about five minutes here:
 for each scenario, atomic puts and implicit transactions in ``log_only`` and
 implicit transactions in ``fsync``, each in both recovery-data modes; then
 every compression in the ``extreme`` scenario, and every throttling policy
 there in ``POLICY_ROUNDS`` interleaved rounds (compared by their medians).
+The ``extreme`` pairs run ``EXTREME_ROUNDS`` times in all, the later rounds
+between the policy rounds and in alternating order, and are compared by
+their medians: identical extreme runs here differ by up to 2x (the page
+file's random-write rate on a shared disk sets their pace).
 ``run_many`` runs a list, writes each result to Parquet as it finishes and
 shows a rich progress bar.
 """
@@ -24,6 +28,9 @@ from bench.scenarios import COMPRESSIONS, THROTTLING
 
 #: rounds of the throttling-policy comparison in the quick job (issue 6's bars)
 POLICY_ROUNDS = 2
+#: rounds of the extreme wal/checkpoint pairs in the quick job (issue 7's bars)
+EXTREME_ROUNDS = 3
+PAIR_STYLES = (("atomic", "log_only"), ("implicit-tx", "log_only"), ("implicit-tx", "fsync"))
 
 
 def matrix_configs(base: dict, scenarios, recovery_data, compressions, wal_modes, throttlings,
@@ -36,22 +43,33 @@ def matrix_configs(base: dict, scenarios, recovery_data, compressions, wal_modes
     return out
 
 
+def _extreme_pairs(base: dict, flip: bool) -> list:
+    order = ("checkpoint", "wal") if flip else ("wal", "checkpoint")
+    return [dict(base, scenario="extreme", op_style=style, wal_mode=wal, recovery_data=rd)
+            for style, wal in PAIR_STYLES for rd in order]
+
+
 def quick_configs(base: dict) -> list:
     out = []
-    for scen in ("full-speed", "fixed-rate", "extreme"):
-        for style, wal in (("atomic", "log_only"), ("implicit-tx", "log_only"), ("implicit-tx", "fsync")):
+    for scen in ("full-speed", "fixed-rate"):
+        for style, wal in PAIR_STYLES:
             for rd in ("wal", "checkpoint"):
                 out.append(dict(base, scenario=scen, op_style=style, wal_mode=wal, recovery_data=rd))
+    out += _extreme_pairs(base, flip=False)
     for comp in COMPRESSIONS:
         out.append(dict(base, scenario="extreme", recovery_data="checkpoint", recovery_compression=comp))
-    # every policy, the default included, in POLICY_ROUNDS interleaved rounds: identical
+    # every policy, the default included (named "adaptive", so that these runs stay
+    # apart from the pairs above), in POLICY_ROUNDS interleaved rounds: identical
     # extreme runs minutes apart differed by 16 % here, more than the policies do
-    for _round in range(POLICY_ROUNDS):
-        for thr in THROTTLING:
-            if thr == "adaptive":  # pagestore's default: the "default" runs are it
-                continue
-            out.append(dict(base, scenario="extreme", recovery_data="checkpoint",
-                            throttling=None if thr == "default" else thr))
+    rounds = max(POLICY_ROUNDS, EXTREME_ROUNDS - 1)
+    for r in range(rounds):
+        if r < POLICY_ROUNDS:
+            for thr in THROTTLING:
+                if thr == "default":    # the same policy as "adaptive"
+                    continue
+                out.append(dict(base, scenario="extreme", recovery_data="checkpoint", throttling=thr))
+        if r < EXTREME_ROUNDS - 1:
+            out += _extreme_pairs(base, flip=r % 2 == 0)
     return out
 
 

@@ -65,29 +65,38 @@ def _ckpt_avg(r, field):
 
 
 def iep_table(results, title="IEP-113 table: WAL-mode recovery data vs checkpoint recovery files") -> Table:
-    """One row per (scenario, op style, WAL mode, compression, throttling); wal vs checkpoint side by side."""
+    """One row per (scenario, op style, WAL mode, compression, throttling); wal vs checkpoint side by
+    side. A configuration run more than once shows its run with the median throughput."""
     groups = {}
     for r in results:
         s = r["summary"]
         if s["store"] != "pagestore":
             continue
         key = (s["scenario"], _label(s), s["compression"], s["throttling"])
-        groups.setdefault(key, {})[s["recovery_data"]] = r
+        groups.setdefault(key, {}).setdefault(s["recovery_data"], []).append(r)
     t = Table(title=title)
-    for c in ("scenario", "workload", "compr.", "throttling", "ops/s wal", "ops/s ckpt", "ckpt/wal",
+    for c in ("scenario", "workload", "compr.", "throttling", "runs", "ops/s wal", "ops/s ckpt", "ckpt/wal",
               "WAL/op wal", "WAL/op ckpt", "wal/ckpt", "recov. write ms wal|ckpt",
               "page write ms wal|ckpt", "disk B/op wal|ckpt"):
         t.add_column(c, justify="left" if c in ("scenario", "workload", "compr.", "throttling") else "right")
     for (scen, label, comp, thr), g in groups.items():
-        w, c = g.get("wal"), g.get("checkpoint")
+        w, c = _median_run(g.get("wal")), _median_run(g.get("checkpoint"))
         sw, sc = (w or {}).get("summary", {}), (c or {}).get("summary", {})
         pair = lambda f, d=1: f"{_n(f(w), d) if w else '–'} | {_n(f(c), d) if c else '–'}"  # noqa: E731
-        t.add_row(scen, label, comp, thr, _n(sw.get("throughput")), _n(sc.get("throughput")),
+        t.add_row(scen, label, comp, thr, str(max(len(g.get("wal") or []), len(g.get("checkpoint") or []))),
+                  _n(sw.get("throughput")), _n(sc.get("throughput")),
                   _ratio(sc.get("throughput"), sw.get("throughput")), _n(sw.get("wal_bytes_per_op"), 1),
                   _n(sc.get("wal_bytes_per_op"), 1), _ratio(sw.get("wal_bytes_per_op"), sc.get("wal_bytes_per_op")),
                   pair(lambda r: _ckpt_avg(r, "recovery_write_ms")), pair(lambda r: _ckpt_avg(r, "page_write_ms")),
                   pair(lambda r: r["summary"]["bytes_per_op"]))
     return t
+
+
+def _median_run(runs):
+    """The run of median throughput (the lower middle one of an even count), or None."""
+    if not runs:
+        return None
+    return sorted(runs, key=lambda r: r["summary"]["throughput"])[(len(runs) - 1) // 2]
 
 
 def base_table(base) -> Table:

@@ -169,6 +169,36 @@ def test_quick_job_runs_every_policy_in_interleaved_rounds():
     from bench.matrix import POLICY_ROUNDS, quick_configs
     ext = [c.get("throttling") for c in quick_configs({}) if c.get("scenario") == "extreme"
            and c.get("recovery_data") == "checkpoint" and not c.get("recovery_compression")
-           and c.get("op_style") is None]
-    assert ext[-POLICY_ROUNDS * 5:] == [None, "disabled", "exponential_backoff", "fill_rate",
-                                        "speed_based"] * POLICY_ROUNDS
+           and c.get("throttling")]
+    assert ext == ["disabled", "exponential_backoff", "fill_rate", "speed_based", "adaptive"] * POLICY_ROUNDS
+
+
+def test_quick_job_repeats_each_extreme_pair_in_rounds_of_alternating_order():
+    from bench.matrix import EXTREME_ROUNDS, quick_configs
+    cfgs = quick_configs({})
+    pairs = [(c["op_style"], c["wal_mode"], c["recovery_data"]) for c in cfgs
+             if c.get("scenario") == "extreme" and "op_style" in c]
+    assert len(pairs) == EXTREME_ROUNDS * 6
+    for style, wal in (("atomic", "log_only"), ("implicit-tx", "log_only"), ("implicit-tx", "fsync")):
+        order = [rd for s, w, rd in pairs if (s, w) == (style, wal)]
+        assert order[:4] == ["wal", "checkpoint", "checkpoint", "wal"]   # drift cancels out
+    # the repeated pairs sit between the policy rounds, not in one block at the end
+    idx = [i for i, c in enumerate(cfgs) if c.get("scenario") == "extreme" and "op_style" in c]
+    assert idx[6] > min(i for i, c in enumerate(cfgs) if c.get("throttling"))
+
+
+def test_extreme_pair_bars_compare_medians_so_one_slow_run_does_not_decide():
+    ext = dict(scenario="extreme")
+    ms = [_s(**ext, recovery_data="wal", throughput=t) for t in (50.0, 55.0, 82.0)]
+    ms += [_s(**ext, throughput=t) for t in (75.0, 90.0, 70.0)]
+    rows = {r["bar"]: r for r in bars.issue7(ms, None, None)}
+    r = rows["... >= 1.3x in extreme (lowest extreme pair)"]
+    assert abs(r["ratio"] - 75.0 / 55.0) < 1e-9 and r["status"] == "PASS"   # the last pair alone: 70/82
+    assert "medians of 3" in r["note"]
+    ms[0]["throughput"] = ms[1]["throughput"] = 62.0   # wal median 62: 75/62 = 1.21 fails
+    r = {r["bar"]: r for r in bars.issue7(ms, None, None)}["... >= 1.3x in extreme (lowest extreme pair)"]
+    assert abs(r["ratio"] - 75.0 / 62.0) < 1e-9 and r["status"] == "FAIL"
+    # the policy rounds' runs (throttling "adaptive") are not pair runs
+    ms.append(_s(**ext, throttling="adaptive", throughput=1.0))
+    r2 = {r["bar"]: r for r in bars.issue7(ms, None, None)}["... >= 1.3x in extreme (lowest extreme pair)"]
+    assert r2["ratio"] == r["ratio"]

@@ -39,3 +39,20 @@ def test_without_pagestore_one_bare_loop_still_runs(monkeypatch):
     out = peers.commit_compare(seconds=0.1, threads=(1,))
     assert order.count("bare") == 1
     assert out["bare"]["ops_per_s"] == 1000.0
+
+
+def test_commit_runs_use_the_stores_checkpoint_interval_not_the_full_speed_presets(monkeypatch):
+    import dataclasses
+
+    from bench.scenarios import resolve
+    from pagestore.config import Config
+
+    seen = []
+    monkeypatch.setattr(peers, "run", lambda cfg: seen.append(resolve(cfg)) or dict(summary=dict(throughput=1.0)))
+    monkeypatch.setattr(peers, "fdatasync_loop", lambda seconds, data_dir=None: dict(
+        ops=1, ops_per_s=1.0, p50_us=1.0, p99_us=1.0))
+    monkeypatch.setattr(peers, "available", lambda names: (["pagestore"], []))
+    peers.commit_compare(seconds=0.1, threads=(1,))
+    default = next(f.default for f in dataclasses.fields(Config) if f.name == "checkpoint_interval")
+    assert seen and all(c["checkpoint_interval"] == default for c in seen)
+    assert resolve(dict(scenario="full-speed"))["checkpoint_interval"] != default   # the preset differs
