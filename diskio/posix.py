@@ -16,7 +16,6 @@ import fcntl
 import mmap
 import os
 import signal
-from contextlib import contextmanager
 
 from .aligned import aligned_buffer, is_aligned, round_up
 from .base import File, FileSystem, Lock, Mapping
@@ -29,15 +28,24 @@ CRASH_ENV = "PAGESTORE_CRASH_POINT"
 _ACTIONS = ("kill", "raise")
 
 
-@contextmanager
-def _errors(path):
-    """Re-raise any OSError from the block as a DiskIOError naming `path`."""
-    try:
-        yield
-    except DiskIOError:
-        raise
-    except OSError as exc:
-        raise wrap_os_error(exc, path) from exc
+class _errors:
+    """Re-raise any OSError from the block as a DiskIOError naming `path`.
+
+    A class, not a @contextmanager: a generator-based one cost ~1.5 us per
+    use, twice per commit on the fsync path (pwrite, fdatasync)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, _type, exc, _tb):
+        if exc is None or isinstance(exc, DiskIOError) or not isinstance(exc, OSError):
+            return False
+        raise wrap_os_error(exc, self.path) from exc
 
 
 class PosixFile(File):

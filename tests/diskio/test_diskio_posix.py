@@ -1,5 +1,6 @@
 """PosixFS against the real file system: each test names the rule it checks."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -81,6 +82,18 @@ def test_errors_are_diskioerrors_carrying_the_path(fs, tmp_path):
     f.close()
     with pytest.raises(DiskIOError):
         f.pread(1, 0)
+    # an OSError raised inside a call (here EBADF from a descriptor closed behind the
+    # file's back) comes out as a DiskIOError naming the file, for writes and syncs too
+    g = fs.open(str(tmp_path / "d"), create=True)
+    os.close(g.fileno())
+    for call in (lambda: g.pwrite(b"x", 0), g.fdatasync, g.fsync):
+        with pytest.raises(DiskIOError) as info:
+            call()
+        assert info.value.path == str(tmp_path / "d") and info.value.errno == errno.EBADF
+        assert isinstance(info.value.__cause__, OSError)
+    with pytest.raises(DiskIOError):
+        g.close()       # the descriptor is gone: closing it again says so, and forgets it
+    assert g._fd == -1
 
 
 def test_rename_replaces_atomically_and_fsync_dir_works(fs, tmp_path):
