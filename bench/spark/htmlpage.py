@@ -18,8 +18,8 @@ from .charts import TITLES
 
 SECTIONS = (
     ("configurations", "Per configuration (IEP-113 style)",
-     "Throughput is the cluster figure: the sum over nodes of each node's median ops/s, averaged "
-     "over runs. Mean latency is weighted by operations; p99 is the mean of the nodes' p99. WAL, "
+     "Throughput is the cluster figure: the sum over nodes of each node's median ops/s; its median "
+     "over runs (the quick job repeats the extreme pairs: identical runs here differ up to 2x). Mean latency is weighted by operations; p99 is the mean of the nodes' p99. WAL, "
      "recovery and page bytes are per node and run; parks per node and run."),
     ("checkpoints", "Checkpoints per configuration (IEP-113 style)",
      "Averages per checkpoint across nodes and runs: pages, recovery-file bytes and the phase "

@@ -42,7 +42,7 @@ FROM (SELECT {key} AS k, sum(ops) AS ops,
              avg(parks) AS parks_per_node, sum(park_seconds) AS park_seconds,
              max(park_seconds_max) AS park_seconds_max, sum(stalls) AS stalls
       FROM summary_c {where} GROUP BY {key}) s
-JOIN (SELECT k, count(*) AS runs, max(nodes) AS nodes, avg(throughput) AS throughput
+JOIN (SELECT k, count(*) AS runs, max(nodes) AS nodes, percentile(throughput, 0.5) AS throughput
       FROM per_run GROUP BY k) r ON s.k = r.k
 """
 
