@@ -7,10 +7,11 @@ for each scenario, atomic puts and implicit transactions in ``log_only`` and
 implicit transactions in ``fsync``, each in both recovery-data modes; then
 every compression in the ``extreme`` scenario, and every throttling policy
 there in ``POLICY_ROUNDS`` interleaved rounds (compared by their medians).
-The ``extreme`` pairs run ``EXTREME_ROUNDS`` times in all, the later rounds
-between the policy rounds and in alternating order, and are compared by
-their medians: identical extreme runs here differ by up to 2x (the page
-file's random-write rate on a shared disk sets their pace).
+The ``extreme`` pairs (and full-speed's ``fsync`` pair) run ``EXTREME_ROUNDS``
+times in all, the later rounds between the policy rounds and in alternating
+order, and are compared by their medians: identical extreme runs here differ
+by up to 2x (wal-mode atomic runs here: 40-82 k ops/s; checkpoint mode's
+pace is the page file's random-write rate on a shared disk).
 ``run_many`` runs a list, writes each result to Parquet as it finishes and
 shows a rich progress bar.
 """
@@ -43,10 +44,16 @@ def matrix_configs(base: dict, scenarios, recovery_data, compressions, wal_modes
     return out
 
 
-def _extreme_pairs(base: dict, flip: bool) -> list:
+def _extreme_pairs(base: dict, flip: bool, repeat: bool = False) -> list:
+    """The extreme pairs; in a repeat round also full-speed's fsync pair, the one other pair
+    whose two modes run within noise of each other (both wait on the commit's fdatasync)."""
     order = ("checkpoint", "wal") if flip else ("wal", "checkpoint")
-    return [dict(base, scenario="extreme", op_style=style, wal_mode=wal, recovery_data=rd)
-            for style, wal in PAIR_STYLES for rd in order]
+    out = [dict(base, scenario="extreme", op_style=style, wal_mode=wal, recovery_data=rd)
+           for style, wal in PAIR_STYLES for rd in order]
+    if repeat:
+        out += [dict(base, scenario="full-speed", op_style="implicit-tx", wal_mode="fsync", recovery_data=rd)
+                for rd in order]
+    return out
 
 
 def quick_configs(base: dict) -> list:
@@ -69,7 +76,7 @@ def quick_configs(base: dict) -> list:
                     continue
                 out.append(dict(base, scenario="extreme", recovery_data="checkpoint", throttling=thr))
         if r < EXTREME_ROUNDS - 1:
-            out += _extreme_pairs(base, flip=r % 2 == 0)
+            out += _extreme_pairs(base, flip=r % 2 == 0, repeat=True)
     return out
 
 

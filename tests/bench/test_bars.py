@@ -179,6 +179,8 @@ def test_quick_job_repeats_each_extreme_pair_in_rounds_of_alternating_order():
     pairs = [(c["op_style"], c["wal_mode"], c["recovery_data"]) for c in cfgs
              if c.get("scenario") == "extreme" and "op_style" in c]
     assert len(pairs) == EXTREME_ROUNDS * 6
+    fs = [c["recovery_data"] for c in cfgs if c.get("scenario") == "full-speed" and c.get("wal_mode") == "fsync"]
+    assert fs == ["wal", "checkpoint", "checkpoint", "wal", "wal", "checkpoint"][:2 * EXTREME_ROUNDS]
     for style, wal in (("atomic", "log_only"), ("implicit-tx", "log_only"), ("implicit-tx", "fsync")):
         order = [rd for s, w, rd in pairs if (s, w) == (style, wal)]
         assert order[:4] == ["wal", "checkpoint", "checkpoint", "wal"]   # drift cancels out
