@@ -12,6 +12,7 @@ written to ``quick.json``).
 from __future__ import annotations
 
 import math
+from statistics import median as _median
 
 MiB = 1 << 20
 # a PUT record: 17-byte record header + txid u64 + klen u32 + vlen u32 (wal/format.py)
@@ -270,12 +271,6 @@ def _p99_row(d, ms):
             return _na(6, bar, "no run with ops both in and outside checkpoints")
     return _row(6, bar, f"{_f(src['lat_p99_ckpt_us'], 1)} vs {_f(src['lat_p99_no_ckpt_us'], 1)} µs",
                 _div(src["lat_p99_ckpt_us"], src["lat_p99_no_ckpt_us"]), "<=", 2.0, note)
-
-
-def _median(xs: list) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def issue6(ms) -> list:

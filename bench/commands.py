@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from statistics import median_low
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -70,7 +71,7 @@ def _harness_overhead(data_dir, best: float, extra=None, best_cfg=None, rounds: 
         noops.append(run_one(dict(noop_cfg))["summary"]["throughput"])
         stores.append(run_one(dict(cfg))["summary"]["throughput"])
     ratios = sorted(n / st for n, st in zip(noops, stores) if st)
-    ratio = ratios[(len(ratios) - 1) // 2] if ratios else float("nan")   # lower middle of an even count
+    ratio = median_low(ratios) if ratios else float("nan")   # an even count: the lower middle
     return dict(noop=max(noops), noop_runs=noops, store_runs=stores, pair_ratios=ratios, best_store=best,
                 ratio=ratio, paired=True)
 

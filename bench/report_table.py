@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+from statistics import median_low
 
 from rich.console import Console
 from rich.table import Table
@@ -96,7 +97,8 @@ def _median_run(runs):
     """The run of median throughput (the lower middle one of an even count), or None."""
     if not runs:
         return None
-    return sorted(runs, key=lambda r: r["summary"]["throughput"])[(len(runs) - 1) // 2]
+    mid = median_low([r["summary"]["throughput"] for r in runs])
+    return next(r for r in runs if r["summary"]["throughput"] == mid)
 
 
 def base_table(base) -> Table:
