@@ -257,17 +257,29 @@ def issue5(ms, enc, codecs=None) -> list:
     return rows
 
 
+# ops a side needs for its p99 to rest on at least ten ops
+P99_MIN_OPS = 1_000
+
+
+def _both_sides(s) -> bool:
+    """A run with a p99 inside and outside checkpoints, each over enough ops (runs
+    without the counts, from older results, are taken as they are)."""
+    if not s or not _ok(s.get("lat_p99_no_ckpt_us")) or not _ok(s.get("lat_p99_ckpt_us")):
+        return False
+    return all(s.get(k) is None or s[k] >= P99_MIN_OPS for k in ("ops_in_ckpt", "ops_out_ckpt"))
+
+
 def _p99_row(d, ms):
-    """In extreme the checkpoints run back to back, so no op is outside one; then the
-    bar is read off the full-speed run of the default policy (checkpoints every few
-    seconds), which has both, and the row says so."""
+    """In extreme the checkpoints run back to back, so (almost) no op is outside one;
+    then the bar is read off the full-speed run of the default policy (checkpoints every
+    few seconds), which has both, and the row says so."""
     bar = "default policy: p99 in checkpoints <= 2x outside"
     src, note = d, ""
-    if not _ok(d.get("lat_p99_no_ckpt_us")):
+    if not _both_sides(d):
         src = _one(ms, scenario="full-speed", op_style="atomic", wal_mode="log_only",
                    recovery_data="checkpoint", compression="default", throttling="default")
-        note = "extreme has no op outside a checkpoint: full-speed run"
-        if not src or not _ok(src.get("lat_p99_no_ckpt_us")):
+        note = f"extreme has under {P99_MIN_OPS:,} ops outside checkpoints: full-speed run"
+        if not _both_sides(src):
             return _na(6, bar, "no run with ops both in and outside checkpoints")
     return _row(6, bar, f"{_f(src['lat_p99_ckpt_us'], 1)} vs {_f(src['lat_p99_no_ckpt_us'], 1)} µs",
                 _div(src["lat_p99_ckpt_us"], src["lat_p99_no_ckpt_us"]), "<=", 2.0, note)

@@ -83,10 +83,13 @@ def _side_file(results_dir: str, name: str, obj) -> None:
 
 
 def _ckpt_derived(r: dict) -> dict:
-    """Per-page figures of a run's checkpoints (the compression bar compares them)."""
+    """Per-page figures of a run's checkpoints (the compression bar compares them) and
+    how many ops fell inside and outside checkpoints (the p99 bar needs enough of each)."""
     rows = r.get("checkpoints") or []
     pages = sum(c["pages"] for c in rows)
+    extra = r.get("extra") or {}
     return dict(ckpt_pages=pages, observed_checkpoints=len(rows),
+                ops_in_ckpt=extra.get("ops_in_ckpt"), ops_out_ckpt=extra.get("ops_out_ckpt"),
                 recovery_bytes_per_page=sum(c["recovery_bytes"] for c in rows) / pages if pages else None,
                 ckpt_ms_per_kpage=1000 * sum(c["total_ms"] for c in rows) / pages if pages else None)
 

@@ -3,7 +3,9 @@
 Writers run without a break from warm-up into the measured phase; each op's
 end time and latency go to a :class:`ThreadRecorder`, which drops ops outside
 the measured window and files the rest by second (a latency histogram and an
-op count per second) and by "inside / outside a checkpoint". The hot loop takes
+op count per second) and by "inside / outside a checkpoint" (each writer reads
+the store's ``checkpoint_state()`` once per chunk where it has one; else the
+sampler's flag). The hot loop takes
 one ``perf_counter_ns`` per op into a list (a comprehension over ``map``: no
 per-op bytecode beyond the clock read); each chunk becomes a numpy array of
 end stamps and latencies, and the histograms are filled from buffers of about
@@ -71,9 +73,10 @@ class ThreadRecorder:
         self.ops = 0
         self.last_end_ns = 0
 
-    def add(self, ends: np.ndarray, lats: np.ndarray) -> None:
+    def add(self, ends: np.ndarray, lats: np.ndarray, in_ckpt: bool | None = None) -> None:
         """One chunk of one writer: end stamps (non-decreasing: one thread's monotonic
-        clock) and latencies, in ns."""
+        clock) and latencies, in ns; `in_ckpt`, the writer's own reading of whether a
+        checkpoint ran during the chunk, else the sampler's view when it ends."""
         ctl = self.ctl
         n = ends.size
         if n == 0:
@@ -84,8 +87,8 @@ class ThreadRecorder:
             return
         if lo or hi < n:
             ends, lats = ends[lo:hi], lats[lo:hi]
-        # the flag is the sampler's view when the chunk ends, as when recorded op by op
-        self._buf.append((ends, lats, bool(ctl.in_ckpt)))
+        flag = ctl.in_ckpt if in_ckpt is None else in_ckpt
+        self._buf.append((ends, lats, bool(flag)))
         self._buffered += hi - lo
         self.ops += hi - lo
         self.last_end_ns = int(ends[-1])
@@ -171,6 +174,12 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
     try:
         put, get, delete, scan = _dispatch(handle, style)
         write_tx = handle.write_tx
+        # A chunk is inside a checkpoint if one ran when it began or ended, or one
+        # ended within it: the state read at each chunk's end serves as the next
+        # chunk's start. (The sampler's 50 ms view would misfile the first tens of
+        # ms of every checkpoint as outside and as many after it as inside.)
+        probe = getattr(handle, "checkpoint_state", None)
+        state = probe() if probe else None
         for b in batches:
             n = len(b.keys)
             pos = 0
@@ -221,7 +230,12 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
                     due = ctl.t0_ns + ((issued + np.arange(c)) * interval_ns).astype(np.int64)
                     lats = np.maximum(ends - due, lats)
                 issued += c
-                rec.add(ends, lats)
+                flag = None
+                if probe:
+                    now_state = probe()
+                    flag = state[0] or now_state[0] or now_state[1] != state[1]
+                    state = now_state
+                rec.add(ends, lats, flag)
                 pos += c
                 spent = t0 - t_first
                 # chunks of about 2 ms keep the window edges sharp at any op rate

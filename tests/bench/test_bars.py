@@ -123,6 +123,23 @@ def test_p99_bar_falls_back_to_the_full_speed_run_when_extreme_has_no_outside():
     assert row["status"] == "n/a"
 
 
+def test_p99_bar_ignores_an_outside_side_of_a_few_ops():
+    # back-to-back checkpoints leave a few dozen ops between them: no p99 to compare
+    ms = [_s(scenario="extreme", lat_p99_ckpt_us=26.0, lat_p99_no_ckpt_us=8.0, ops_in_ckpt=244_913,
+             ops_out_ckpt=43),
+          _s(scenario="full-speed", lat_p99_ckpt_us=3.0, lat_p99_no_ckpt_us=2.0, ops_in_ckpt=60_000,
+             ops_out_ckpt=2_000_000)]
+    row = next(r for r in bars.issue6(ms) if "p99" in r["bar"])
+    assert abs(row["ratio"] - 1.5) < 1e-9 and "full-speed" in row["note"]
+    ms[0]["ops_out_ckpt"] = bars.P99_MIN_OPS
+    row = next(r for r in bars.issue6(ms) if "p99" in r["bar"])
+    assert abs(row["ratio"] - 26.0 / 8.0) < 1e-9 and row["note"] == ""
+    ms[1]["ops_in_ckpt"] = 10
+    ms[0]["ops_out_ckpt"] = 43
+    row = next(r for r in bars.issue6(ms) if "p99" in r["bar"])
+    assert row["status"] == "n/a"
+
+
 def test_codec_bar_reads_the_interleaved_experiment_and_picks_the_codec_that_passes():
     rep = _report()
     rep["codecs"] = dict(rounds=5, codecs=dict(

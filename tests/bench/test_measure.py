@@ -49,3 +49,46 @@ def test_rows_from_a_checkpointing_store():
     assert sum(t["parks"] for t in ts) == s["parks"] > 0
     assert 45 < s["wal_bytes_per_op"] < 55  # the stats delta over the window, per measured op
     assert r["extra"]["ops_in_ckpt"] > 0 and r["extra"]["ops_out_ckpt"] > 0
+
+
+class ProbedStore(FakeCheckpointingStore):
+    """The sampler's stats() and the writers' checkpoint_state() disagree on purpose:
+    stats() says a checkpoint always runs; checkpoint_state() says one ran only while
+    `window` is set."""
+
+    window = False
+
+    def stats(self):
+        return dict(FakeCheckpointingStore.stats(self), checkpoint_running=True)
+
+    def checkpoint_state(self):
+        return self.window, 0
+
+
+def test_writers_file_ops_by_their_own_checkpoint_reading_not_the_samplers():
+    cfg = resolve(dict(store="pagestore", warmup=0.2, duration=0.6))
+    store = ProbedStore()
+    r = build_rows(cfg, "rprobe", 0, measure(store, GeneratedWorkload(cfg), cfg))
+    assert r["extra"]["ops_in_ckpt"] == 0 and r["extra"]["ops_out_ckpt"] > 0
+
+    store = ProbedStore()
+    store.window = True
+    r = build_rows(cfg, "rprobe", 0, measure(store, GeneratedWorkload(cfg), cfg))
+    assert r["extra"]["ops_out_ckpt"] == 0 and r["extra"]["ops_in_ckpt"] > 0
+
+
+class CountingStore(FakeCheckpointingStore):
+    """No checkpoint is ever seen running, but the completed count moves on every
+    read after the first: each chunk holds the end of a checkpoint."""
+
+    reads = 0
+
+    def checkpoint_state(self):
+        self.reads += 1
+        return False, self.reads
+
+
+def test_a_chunk_within_which_a_checkpoint_ended_counts_as_inside():
+    cfg = resolve(dict(store="pagestore", warmup=0.2, duration=0.6))
+    r = build_rows(cfg, "rcount", 0, measure(CountingStore(), GeneratedWorkload(cfg), cfg))
+    assert r["extra"]["ops_out_ckpt"] == 0 and r["extra"]["ops_in_ckpt"] > 0
