@@ -152,11 +152,25 @@ class PagestoreStore(Store):
     def bulk_load(self, pairs):
         put_many = getattr(self.db, "put_many", None)
         if put_many is not None:
-            put_many(pairs)
+            self._put_many_fitting(put_many, list(pairs))
         else:
             with self.db.transaction() as tx:
                 for k, v in pairs:
                     tx.put(k, v)
+
+    def _put_many_fitting(self, put_many, pairs):
+        """One batch, or halves of it while it is larger than page memory can hold
+        uncommitted (a preload of random keys into a small `memory_size`): a failed
+        batch changes nothing, so its halves can follow."""
+        import pagestore
+        try:
+            put_many(pairs)
+        except getattr(pagestore, "TransactionTooLargeError", ()):
+            if len(pairs) < 2:
+                raise
+            half = len(pairs) // 2
+            self._put_many_fitting(put_many, pairs[:half])
+            self._put_many_fitting(put_many, pairs[half:])
 
     def checkpoint(self):
         self.db.checkpoint()

@@ -64,8 +64,13 @@ def fake_pagestore(monkeypatch):
         opened.append(FakeDB(path, **options))
         return opened[-1]
 
-    monkeypatch.setitem(sys.modules, "pagestore", types.SimpleNamespace(open=open_))
+    monkeypatch.setitem(sys.modules, "pagestore", types.SimpleNamespace(
+        open=open_, TransactionTooLargeError=TooLarge))
     return opened
+
+
+class TooLarge(Exception):
+    pass
 
 
 def test_options_bulk_load_transactions_and_scan(fake_pagestore, tmp_path):
@@ -91,3 +96,25 @@ def test_a_full_run_through_the_adapter(fake_pagestore):
     assert s["compression"] == "snappy" and s["throttling"] == "default"
     assert fake_pagestore[0].options["recovery_compression"] == "snappy"
     assert s["wal_bytes_per_op"] == pytest.approx(130, rel=0.05)
+
+
+def test_a_bulk_load_larger_than_one_transaction_goes_in_halves(fake_pagestore, tmp_path):
+    st = PagestoreStore(str(tmp_path), dict(memory_size=1 << 20))
+    db = fake_pagestore[0]
+    sizes = []
+
+    def put_many(pairs):        # like the store: too large -> raises, changes nothing
+        sizes.append(len(pairs))
+        if len(pairs) > 30:
+            raise TooLarge("the transaction needs more page memory")
+        for k, v in pairs:
+            db.put(k, v)
+
+    db.put_many = put_many
+    pairs = [(b"k%03d" % i, b"v%d" % i) for i in range(100)]
+    st.bulk_load(iter(pairs))
+    assert db.data == dict(pairs)
+    assert sizes == [100, 50, 25, 25, 50, 25, 25]
+    db.put_many = lambda pairs: (_ for _ in ()).throw(TooLarge("even one pair"))
+    with pytest.raises(TooLarge):
+        st.bulk_load([(b"x", b"y")])
