@@ -265,15 +265,20 @@ class Checkpointer:
         # lock and logs the CHECKPOINT record; it measures the hold itself.
         self._progress.set_phase("begin")
         snap = self.source.begin(cid)
+        # Writers copy-on-write from the moment begin releases its lock: the
+        # throttle must see this checkpoint running before anything else here
+        # (sorting 30,000 ids took long enough for a writer to fill a 1 MiB
+        # buffer while the policies, seeing no checkpoint, let it).
+        n = len(snap.page_ids)
+        with self._progress.lock:
+            p = self._progress
+            p.running, p.checkpoint_pages, p.pages_written = True, n, 0
+            # With no recovery phase the throttle's progress formula must see
+            # it as done, or it would throttle against work that never comes.
+            p.recovery_pages_written = 0 if self.recovery_data == "checkpoint" else n
         page_ids = sorted(snap.page_ids)   # O(n) when already sorted, as promised
         lsn = snap.wal_lsn
         stats.update(pages=len(page_ids), wal_lsn=lsn, lock_seconds=snap.lock_seconds)
-        with self._progress.lock:
-            p = self._progress
-            p.running, p.checkpoint_pages, p.pages_written = True, len(page_ids), 0
-            # With no recovery phase the throttle's progress formula must see
-            # it as done, or it would throttle against work that never comes.
-            p.recovery_pages_written = 0 if self.recovery_data == "checkpoint" else len(page_ids)
         fs.crash_point("checkpoint.after_lock")
 
         # Step 2: the replay pointer must be durable before START names it.

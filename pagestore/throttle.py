@@ -57,11 +57,19 @@ class Throttle:
     def signals(self) -> "throttling.Signals":
         s = self._db._signals
         p = self._db._ckpt.phase_progress()
+        running, pages = p["running"], p["checkpoint_pages"]
+        recovered, written = p["recovery_pages_written"], p["pages_written"]
+        if not running and s.ckpt_pages:
+            # The core has begun a checkpoint (writers copy-on-write from here)
+            # and the checkpointer has not said so yet: the pages flagged now
+            # are all of them, none written (the counts above are the last
+            # checkpoint's).
+            running, pages, written = True, s.ckpt_pages, 0
+            recovered = 0 if self._db.config.recovery_data == "checkpoint" else pages
         # positional, in Signals' field order (throttling.snapshot: ~1 us, not ~3)
         return _snapshot(
             s.cow_used, s.cow_capacity, s.dirty_pages, s.slots_total,
-            p["running"], p["checkpoint_pages"], p["recovery_pages_written"],
-            p["pages_written"], s.pages_dirtied,
+            running, pages, recovered, written, s.pages_dirtied,
             None,     # in_checkpoint_page: unknown per write, policies assume it is
             None,     # writer: the calling thread
             p["phase"], p["phase_elapsed"], p["checkpoint_elapsed"], p["last_phase_seconds"],

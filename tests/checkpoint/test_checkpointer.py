@@ -314,3 +314,37 @@ def test_without_autostart_nothing_runs_until_start(store):
 def test_first_checkpoint_id_is_a_floor_for_new_ids(store):
     fs, src, sink, wal, rng, start = store
     assert start(first_checkpoint_id=7).checkpoint()["checkpoint_id"] == 7
+
+
+class _WatchedIds(list):
+    """Page ids whose first read after begin() records what the throttle sees then."""
+
+    def __init__(self, ids, seen, cp_box):
+        super().__init__(ids)
+        self.seen, self.cp_box = seen, cp_box
+
+    def __iter__(self):
+        if not self.seen and self.cp_box:
+            self.seen.append(self.cp_box[0].progress())
+        return super().__iter__()
+
+
+def test_the_throttle_sees_the_checkpoint_running_before_its_pages_are_sorted(store):
+    # writers copy-on-write from the moment begin() returns: a checkpoint that was
+    # not yet "running" for the throttle let a fast writer fill the buffer
+    fs, src, sink, wal, rng, start = store
+    dirty(src, rng, range(0, N, 3), 1)
+    seen, cp_box = [], []
+    begin = src.begin
+
+    def watched_begin(cid):
+        snap = begin(cid)
+        snap.page_ids = _WatchedIds(snap.page_ids, seen, cp_box)
+        return snap
+
+    src.begin = watched_begin
+    cp = start(threads=2, chunk_pages=8)
+    cp_box.append(cp)
+    cp.checkpoint()
+    assert seen and seen[0]["running"] and seen[0]["checkpoint_pages"] == len(range(0, N, 3))
+    assert seen[0]["pages_written"] == 0 and seen[0]["recovery_pages_written"] == 0

@@ -28,7 +28,7 @@ class CountingPolicy:
 
 def _db(cow_used=300, capacity=1000):
     signals = SimpleNamespace(cow_used=cow_used, cow_capacity=capacity, dirty_pages=0, slots_total=10_000,
-                              pages_dirtied=0)
+                              pages_dirtied=0, ckpt_pages=0)
     progress = dict(running=True, checkpoint_pages=500, recovery_pages_written=0, pages_written=0,
                     phase="recovery_files", phase_elapsed=0.01, checkpoint_elapsed=0.02,
                     last_phase_seconds={})
@@ -91,3 +91,28 @@ def test_the_default_policy_declares_an_interval_below_its_smallest_park():
     import throttling
     policy = throttling.make_policy(None)
     assert 0 < policy.check_interval < policy.min_quantum
+
+
+class RecordingPolicy(CountingPolicy):
+    def park_seconds(self, signals, now):
+        self.signals = signals
+        return 0.0
+
+
+def test_a_checkpoint_the_core_began_counts_as_running_before_the_checkpointer_says_so():
+    # between the core's begin (copies start) and the checkpointer's progress update
+    db = _db()
+    db.config.recovery_data = "checkpoint"
+    progress = db._ckpt.phase_progress()
+    progress.update(running=False, checkpoint_pages=900, recovery_pages_written=900, pages_written=900,
+                    phase="begin")
+    db._signals.ckpt_pages = 0
+    policy = RecordingPolicy()
+    t = Throttle(db, policy)
+    t.check()
+    assert not policy.signals.checkpoint_running          # nothing begun: idle
+    db._signals.ckpt_pages = 420                           # the core flagged 420 pages
+    t.check()
+    s = policy.signals
+    assert s.checkpoint_running and s.checkpoint_pages == 420
+    assert s.recovery_pages_written == 0 and s.pages_written == 0   # not the last checkpoint's
