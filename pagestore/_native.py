@@ -33,6 +33,7 @@ PS_E_ARG = lib.PS_E_ARG
 PS_E_WAL_FULL = lib.PS_E_WAL_FULL
 PS_E_NOT_FOUND = lib.PS_E_NOT_FOUND
 PS_E_NEED_SPACE = lib.PS_E_NEED_SPACE
+PS_E_CLOSED = lib.PS_E_CLOSED
 
 MAX_KEY = lib.PS_MAX_KEY
 MAX_VALUE = lib.PS_MAX_VALUE
@@ -178,7 +179,11 @@ class Core:
         if rc != PS_OK:
             raise MemoryError(f"cannot create the C core (status {rc})") if rc == PS_E_NOMEM \
                 else ValueError(f"bad C core parameters (status {rc})")
-        self._c = out[0]
+        # Freed only when nothing can call it any more: the hot-path closures
+        # hold this pointer, and one may be called after close() (ps_close
+        # makes that call return PS_E_CLOSED instead of touching freed memory).
+        self._c = ffi.gc(out[0], lib.ps_destroy)
+        self.closed = False
         self.set_snapshot_codec(snapshot_codec)
         self.max_key = lib.ps_max_key(self._c)
         self.max_inline = lib.ps_max_inline(self._c)
@@ -189,6 +194,8 @@ class Core:
 
     # -- errors ----------------------------------------------------------------
     def _raise(self, rc: int, key_len: int = 0, value_len: int = 0):
+        if rc == PS_E_CLOSED:
+            raise _errors.ClosedError("the store was closed during the operation")
         exc = getattr(self._cb.tls, "exc", None)
         if exc is not None:
             self._cb.tls.exc = None
@@ -315,10 +322,17 @@ class Core:
         lib.ps_wal_disable(self._c)
         self._cb.wal_keep = []
 
+    def shut(self) -> None:
+        """Wait for the operations in flight; later ones raise ClosedError. The
+        checkpoint calls keep working (a clean close checkpoints after this)."""
+        lib.ps_shut(self._c)
+
     def close(self) -> None:
-        c, self._c = self._c, None
-        if c is not None:
-            lib.ps_destroy(c)
+        """Free the page memory once the operations in flight are done; calls made
+        after return ClosedError (the struct itself goes with the last reference)."""
+        if not self.closed:
+            self.closed = True
+            lib.ps_close(self._c)
             self.get = self.put = self.delete = self._closed
 
     @staticmethod

@@ -13,6 +13,8 @@ import os
 from .errors import ConfigError
 
 MiB = 1 << 20
+MAX_SLOTS = 0x7FFFFFFF          # page-memory slots the C core can number
+MAX_WAL_SEGMENT = 2 << 30       # Ignite's upper bound for a WAL segment (2 GB)
 
 WAL_MODES = ("fsync", "log_only", "background")
 RECOVERY_DATA = ("checkpoint", "wal")
@@ -106,11 +108,12 @@ def _validate(cfg: Config) -> None:
     page = _int(cfg, "page_size", 1024, 16384)
     if page & (page - 1):
         _fail("page_size", f"must be a power of two, got {page}")
-    _int(cfg, "memory_size", 64 * page)
+    # the C core numbers page-memory slots with 31 bits
+    _int(cfg, "memory_size", 64 * page, MAX_SLOTS * page)
     if cfg.checkpoint_buffer_size is not None:
         _int(cfg, "checkpoint_buffer_size", 8 * page, cfg.memory_size)
     _choice(cfg, "wal_mode", WAL_MODES)
-    seg = _int(cfg, "wal_segment_size", 1 * MiB)
+    seg = _int(cfg, "wal_segment_size", 1 * MiB, MAX_WAL_SEGMENT)
     if seg % 4096:
         _fail("wal_segment_size", "must be a multiple of 4096")
     _number(cfg, "wal_flush_interval", 0.001, 3600)
@@ -126,6 +129,11 @@ def _validate(cfg: Config) -> None:
     _choice(cfg, "recovery_compression", COMPRESSIONS)
     if cfg.recovery_compression_level is not None:
         _int(cfg, "recovery_compression_level", -131072, 22)
+        from checkpoint.compression import PageCodec   # each codec's own range, or none
+        try:
+            PageCodec(cfg.recovery_compression, cfg.recovery_compression_level, page)
+        except ValueError as e:
+            _fail("recovery_compression_level", str(e))
     _choice(cfg, "throttling", THROTTLING)
     key = cfg.encryption_key
     if key is not None:

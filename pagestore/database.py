@@ -35,7 +35,7 @@ from wal import sealed as _wal_sealed
 from wal import segments as _wal_segments
 
 from . import _native
-from .errors import ClosedError, ConfigError, CorruptionError, EncryptionError, StoreLockedError, \
+from .errors import ClosedError, ConfigError, CorruptionError, EncryptionError, Error, StoreLockedError, \
     TransactionTooLargeError
 from .config import Config, make_config
 from .pagefile import PageFile
@@ -136,6 +136,15 @@ class Database:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
         except _recovery.RecoveryError as e:
             raise CorruptionError(str(e)) from e
+        except _wal_segments.SegmentSizeMismatch as e:    # "wal" mode's restore reads the WAL
+            raise ConfigError(str(e), option="wal_segment_size") from e
+        if rec.checkpoint_id and self._pages.is_new():
+            # A completed checkpoint wrote and fsynced its pages before END:
+            # an empty or missing page file lost them. Opening it as a new
+            # store would drop every key, and its first checkpoint would make
+            # the loss look consistent.
+            raise CorruptionError(f"{self._pages.path} is empty or missing, but checkpoint "
+                                  f"{rec.checkpoint_id} completed: its pages are lost", self._pages.path)
         # After recovery: a crash in the first checkpoint's step 5 can leave a
         # torn page 0 that only the restore makes whole again.
         if not self._pages.is_new():
@@ -149,7 +158,12 @@ class Database:
         if new_store:
             self._core.format_new()
         else:
-            self._core.open_existing(self._pages.page_count_on_disk())
+            try:
+                self._core.open_existing(self._pages.page_count_on_disk())
+            except CorruptionError as e:
+                if e.path is not None:
+                    raise
+                raise CorruptionError(f"{self._pages.path}: {e}", self._pages.path) from e
         self._wal = _wal.Wal(fs, wal_dir, mode=cfg.wal_mode,
                              segment_size=cfg.wal_segment_size,
                              flush_interval=cfg.wal_flush_interval, direct=cfg.wal_direct,
@@ -157,7 +171,12 @@ class Database:
                              cipher=self._cipher, archive=cfg.wal_archive,
                              archive_size=cfg.wal_archive_size, sealing=self._wal_sealing(cfg))
         t_replay = time.perf_counter()
-        replayed = self._replay(rec.replay_from_lsn)
+        try:
+            replayed = self._replay(rec.replay_from_lsn)
+        except _wal.SegmentMissing as e:
+            raise CorruptionError(str(e), e.path) from e
+        except _wal_segments.SegmentSizeMismatch as e:
+            raise ConfigError(str(e), option="wal_segment_size") from e
         t_replay = time.perf_counter() - t_replay
         if self._wal.sealing == "records":
             kid, key = self._cipher.encoder_key()
@@ -335,7 +354,7 @@ class Database:
         except _native.Retry as r:
             # A miss with every page dirty or in the checkpoint: no slot to
             # read into until the checkpointer cleans some.
-            v = self._retry(r, self._core_get, key)
+            v = self._retry(r, self._core_get, key, read=True)
         return default if v is None else v
 
     def delete(self, key) -> bool:
@@ -367,18 +386,14 @@ class Database:
         try:
             lsn = self._core.apply_batch(packed)
         except _native.Retry as r:
-            try:
-                lsn = self._retry(r, self._core.apply_batch, packed)
-            except _native.Retry as again:
-                raise TransactionTooLargeError(
-                    f"the transaction needs more page memory or checkpoint buffer than "
-                    f"{self.path} has ({again})") from again
+            lsn = self._retry(r, self._core.apply_batch, packed)
         self._wal_commit(lsn)
         if self._signals.throttle_hint:
             self._throttle.check()
 
-    def _retry(self, r, fn, *args):
-        """A write the core rolled back: make room, then try again (bounded).
+    def _retry(self, r, fn, *args, read: bool = False):
+        """A write the core rolled back: make room, then try again (bounded);
+        TransactionTooLargeError when it cannot fit.
 
         A write that ran out of page memory while every other page was clean
         and no checkpoint held any will never fit (no-steal: its own
@@ -401,7 +416,11 @@ class Database:
                     roomy_failures += 1
                     if roomy_failures >= 2 or self._all_clean():
                         break
-        raise r
+        if read:
+            raise Error(f"{self.path}: no page memory freed up to read into ({r})") from r
+        # a single put too large for page memory is a transaction too large too
+        raise TransactionTooLargeError(
+            f"the transaction needs more page memory or checkpoint buffer than {self.path} has ({r})") from r
 
     def _all_clean(self) -> bool:
         """No dirty page and none held by a checkpoint: all of page memory is evictable."""
@@ -458,7 +477,7 @@ class Database:
             try:
                 items = scan_batch(lo, lo_incl, hi, hi_incl, reverse, step)
             except _native.Retry as r:
-                items = self._retry(r, scan_batch, lo, lo_incl, hi, hi_incl, reverse, step)
+                items = self._retry(r, scan_batch, lo, lo_incl, hi, hi_incl, reverse, step, read=True)
             if not items:
                 return
             yield from items
@@ -548,6 +567,10 @@ class Database:
             return
         self._closed = True
         try:
+            # An operation that passed its "closed" check before the line above
+            # finishes now, and one still to reach the core is refused: none
+            # can write to the WAL the close below unmaps.
+            self._core.shut()
             self._ckpt.close(final_checkpoint=True)
             self._wal.close()
         finally:
@@ -575,7 +598,9 @@ class Database:
         if ckpt is not None:
             ckpt.close(final_checkpoint=False)
         for name in ("_wal", "_core", "_pages", "_lock"):
-            obj = self.__dict__.pop(name, None)
+            # the closed core stays: a call racing with close() reaches it and
+            # gets ClosedError from the C core instead of an AttributeError
+            obj = self.__dict__.get(name) if name == "_core" else self.__dict__.pop(name, None)
             if obj is None:
                 continue
             try:

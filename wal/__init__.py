@@ -13,11 +13,11 @@ from .format import (BLOCK, CHECKPOINT, COMMIT, DELETE, PAGE_DELTA, PAGE_SNAPSHO
 from .archive import Archive, iter_archive, rebuild, wal_end
 from .compact import CompactedFile, finish_interrupted
 from .log import DEFAULT_FLUSH_INTERVAL, DEFAULT_SEGMENT_SIZE, MODES, Wal
-from .reader import Record, RecoveryReport, WalRecoveryWarning, committed_records
+from .reader import Record, RecoveryReport, SegmentMissing, WalRecoveryWarning, committed_records
 
 __all__ = [
     "BLOCK", "CHECKPOINT", "COMMIT", "DELETE", "PAGE_DELTA", "PAGE_SNAPSHOT", "PUT", "ROLLBACK",
     "WINDOW", "StreamWriter", "encode_record", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE",
-    "MODES", "Wal", "Record", "RecoveryReport", "WalRecoveryWarning", "committed_records",
+    "MODES", "Wal", "Record", "RecoveryReport", "SegmentMissing", "WalRecoveryWarning", "committed_records",
     "Archive", "iter_archive", "rebuild", "wal_end", "CompactedFile", "finish_interrupted",
 ]

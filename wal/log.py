@@ -36,7 +36,7 @@ from diskio import PosixFS
 
 from .archive import Archive
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
-from .reader import RecoveryReport, scan
+from .reader import RecoveryReport, SegmentMissing, scan
 from .recseal import MAX_SEGMENT, seal_header
 from .segments import WRITE_PATHS, Segments
 
@@ -138,6 +138,13 @@ class Wal:
         if self._started:
             raise RuntimeError("recover() must run before start()")
         self._segs.scan()
+        if from_lsn > 0:
+            # A checkpoint's pointer is the lsn of its CHECKPOINT record, fsynced
+            # before START and never trimmed away: without its segment the
+            # records acknowledged since are gone, which no warning may pass over.
+            seq = from_lsn // self.segment_size
+            if not any(s.header is not None and s.seq == seq for s in self._segs.slots.values()):
+                raise SegmentMissing(self.dir, seq, from_lsn)
         self.recovery_report = report = RecoveryReport(from_lsn)
         end = yield from scan(self._segs, from_lsn, report)
         self._cut(end, report)

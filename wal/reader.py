@@ -55,6 +55,17 @@ class WalRecoveryWarning(UserWarning):
     """The WAL ended at damage, or valid records were found after a gap."""
 
 
+class SegmentMissing(Exception):
+    """No segment file with a valid header holds the replay pointer: the log that
+    the last checkpoint points into is gone, so replay cannot start. `path` names
+    the WAL directory."""
+
+    def __init__(self, path: str, seq: int, lsn: int):
+        super().__init__(f"{path}: no segment with a valid header holds lsn {lsn} (seq {seq}), "
+                         "where the last completed checkpoint says replay starts")
+        self.path, self.seq, self.lsn = path, seq, lsn
+
+
 class Record:
     """One valid record. `raw` is its contiguous bytes (header included, block headers removed)."""
 

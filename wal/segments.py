@@ -62,6 +62,10 @@ def slot_name(number: int) -> str:
     return f"seg-{number:08d}.wal"
 
 
+class SegmentSizeMismatch(ValueError):
+    """A segment file of another segment_size than the one the store was opened with."""
+
+
 class Slot:
     """One slot file as found on disk: its number, path, size and header."""
 
@@ -166,8 +170,8 @@ class Segments:
                 continue
             slot = read_slot(self.fs.open, posixpath.join(self.dir, name), int(m.group(1)))
             if slot.header is not None and slot.header.segment_size != self.segment_size:
-                raise ValueError(f"{slot.path} was written with segment_size {slot.header.segment_size}, "
-                                 f"this store uses {self.segment_size}")
+                raise SegmentSizeMismatch(f"{slot.path} was written with segment_size "
+                                          f"{slot.header.segment_size}, this store uses {self.segment_size}")
             self.slots[slot.number] = slot
         self.free = set(self.slots)
         self.held = {}

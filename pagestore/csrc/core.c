@@ -89,14 +89,29 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&c->lock, &attr);
     pthread_rwlockattr_destroy(&attr);
+    c->lock_ready = 1;
     ps_set_throttle_thresholds(c, 2.0 / 3.0, 0.75);
     *out = c;
     return PS_OK;
 }
 
-void ps_destroy(ps_core *c) {
-    if (!c) return;
-    if (c->slots) pthread_rwlock_destroy(&c->lock);
+/* A user thread may still be inside an operation when the store closes, or may
+ * call in after it (Python checks "closed" before the call, not atomically with
+ * it): the write lock waits for the first, the flag refuses the second, and the
+ * struct with its lock outlives both until ps_destroy. ps_shut does the first
+ * two and leaves the memory to the closing checkpoint (its calls are not user
+ * operations); ps_close also frees it. */
+void ps_shut(ps_core *c) {
+    if (!c || !c->lock_ready) return;
+    core_wrlock(c);
+    c->closed = 1;
+    pthread_rwlock_unlock(&c->lock);
+}
+
+void ps_close(ps_core *c) {
+    if (!c || c->freed) return;
+    if (c->lock_ready) core_wrlock(c);   /* ps_create may fail before the lock exists */
+    c->closed = c->freed = 1;
     prefault_stop(c);
     free(c->mem); free(c->slots); free(c->free_slots); free(c->cow_mem);
     free(c->cow_free); free(c->cow_owner); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
@@ -105,6 +120,18 @@ void ps_destroy(ps_core *c) {
     seal_ctx_free(c->seal_ctx); free(c->seal_buf);
     for (uint64_t d = 0; d < c->pt_ndir; d++) free(c->pt_dir[d]);
     free(c->pt_dir);
+    c->mem = NULL; c->slots = NULL; c->free_slots = NULL; c->cow_mem = NULL; c->cow_free = NULL;
+    c->cow_owner = NULL; c->scratch = NULL; c->cellbuf[0] = c->cellbuf[1] = NULL; c->splitbuf = NULL;
+    c->cellp = NULL; c->cells = NULL; c->zero_page = NULL; c->ckpt_ids = NULL; c->undo = NULL;
+    c->undo_img = NULL; c->pins = NULL; c->seal_ctx = NULL; c->seal_buf = NULL; c->pt_dir = NULL;
+    c->pt_ndir = 0;
+    if (c->lock_ready) pthread_rwlock_unlock(&c->lock);
+}
+
+void ps_destroy(ps_core *c) {
+    if (!c) return;
+    ps_close(c);
+    if (c->lock_ready) pthread_rwlock_destroy(&c->lock);
     free(c);
 }
 
@@ -231,6 +258,7 @@ int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t
     if (klen > c->max_key || vlen > PS_MAX_VALUE) return PS_E_TOO_LARGE;
     uint64_t end = 0;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     op_begin(c, 1);
     int rc = bt_put(c, (const uint8_t *)key, klen, (const uint8_t *)val, vlen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
@@ -246,6 +274,7 @@ int64_t ps_delete(ps_core *c, const char *key, size_t klen) {
     if (klen > c->max_key) return PS_E_NOT_FOUND;
     uint64_t end = 0;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     op_begin(c, 1);
     int rc = bt_delete(c, (const uint8_t *)key, klen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
@@ -260,10 +289,12 @@ int64_t ps_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap) 
     if (klen > PS_MAX_KEY) return PS_E_TOO_LARGE;
     if (klen > c->max_key) return PS_E_NOT_FOUND;
     core_rdlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int64_t r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
     pthread_rwlock_unlock(&c->lock);
     if (r != PS_RETRY) return r;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 1);
     unpin_op_all(c);
     pthread_rwlock_unlock(&c->lock);
@@ -294,6 +325,7 @@ int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
     int rc = batch_check(c, b, len, &nops);
     if (rc) return rc;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     if (txid == 0) txid = c->wal_on ? c->sig->wal_end_lsn : 1;
     op_begin(c, 1);
     int logged = 0;
@@ -397,12 +429,14 @@ int64_t ps_scan(ps_core *c, const char *lo, size_t lolen, int has_lo, int lo_inc
                 const char *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
                 size_t max_bytes, char *out, size_t cap, size_t *out_len) {
     core_rdlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int64_t r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi,
                         hilen, has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap,
                         out_len, 0);
     pthread_rwlock_unlock(&c->lock);
     if (r != PS_RETRY) return r;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     r = bt_scan(c, (const uint8_t *)lo, lolen, has_lo, lo_incl, (const uint8_t *)hi, hilen,
                 has_hi, hi_incl, reverse, max_bytes, (uint8_t *)out, cap, out_len, 1);
     pthread_rwlock_unlock(&c->lock);
@@ -413,6 +447,7 @@ int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len) {
     if (type < 1 || type > 255) return PS_E_ARG;
     uint64_t end = 0;
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     wpart parts[1] = {{payload, len}};
     int rc = wal_append(c, (uint8_t)type, parts, 1, NULL, &end);
     pthread_rwlock_unlock(&c->lock);
@@ -421,6 +456,7 @@ int64_t ps_log_record(ps_core *c, int type, const char *payload, size_t len) {
 
 int64_t ps_count(ps_core *c) {
     core_rdlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int64_t n = (int64_t)c->meta.key_count;
     pthread_rwlock_unlock(&c->lock);
     return n;
@@ -428,6 +464,7 @@ int64_t ps_count(ps_core *c) {
 
 int64_t ps_height(ps_core *c) {
     core_rdlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int64_t n = (int64_t)c->meta.height;
     pthread_rwlock_unlock(&c->lock);
     return n;
@@ -435,6 +472,7 @@ int64_t ps_height(ps_core *c) {
 
 int ps_verify(ps_core *c, ps_verify_info *info) {
     core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int rc = c->ready ? bt_verify(c, info) : PS_E_ARG;
     pthread_rwlock_unlock(&c->lock);
     return rc;
@@ -442,6 +480,7 @@ int ps_verify(ps_core *c, ps_verify_info *info) {
 
 int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out) {
     core_rdlock(c);
+    PS_REFUSE_IF_CLOSED(c);
     int64_t s = pt_find(c, page_id);
     if (s >= 0) memcpy(out, slot_page(c, (uint32_t)s), c->page_size);
     pthread_rwlock_unlock(&c->lock);

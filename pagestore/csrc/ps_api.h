@@ -64,7 +64,8 @@ enum {
     PS_E_ARG = -6,
     PS_E_WAL_FULL = -7,
     PS_E_NOT_FOUND = -8,
-    PS_E_NEED_SPACE = -9
+    PS_E_NEED_SPACE = -9,
+    PS_E_CLOSED = -10
 };
 
 enum {
@@ -153,6 +154,13 @@ int ps_check_page(const uint8_t *page, uint32_t page_size, uint64_t page_id);
 int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_size,
               uint32_t page_reserve, int physical_wal, void *handle, ps_signals *signals,
               ps_core **out);
+/* ps_shut: wait for the operations holding the core's lock and refuse every
+ * later user operation (put, get, delete, apply_batch, scan, count, height,
+ * verify, read_live_page, log_record: PS_E_CLOSED); checkpoint calls still run.
+ * ps_close: ps_shut, then free the page memory; the struct stays valid for late
+ * callers until ps_destroy (which closes first if needed). */
+void ps_shut(ps_core *c);
+void ps_close(ps_core *c);
 void ps_destroy(ps_core *c);
 ps_signals *ps_get_signals(ps_core *c);
 uint64_t ps_bad_page(ps_core *c);

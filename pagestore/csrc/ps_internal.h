@@ -127,6 +127,9 @@ typedef struct undo {
 
 struct ps_core {
     pthread_rwlock_t lock;
+    int closed;             /* set by ps_close under the write lock: user operations refuse */
+    int lock_ready;         /* `lock` initialised (ps_create got that far) */
+    int freed;              /* ps_close freed the page memory */
     int wr_intent;          /* writers spinning for the lock: readers hold off */
     uint32_t page_size, reserve, usable;
     uint32_t max_key, max_cell, leaf_inline_max;
@@ -250,6 +253,10 @@ static inline void core_wrlock(ps_core *c) {
     __atomic_sub_fetch(&c->wr_intent, 1, __ATOMIC_RELEASE);
     if (i == PS_WRLOCK_SPINS) pthread_rwlock_wrlock(&c->lock);
 }
+/* After taking the lock in a user operation: a closed core has no page memory
+ * left, so the operation must go no further (ps_close). */
+#define PS_REFUSE_IF_CLOSED(c) \
+    do { if ((c)->closed) { pthread_rwlock_unlock(&(c)->lock); return PS_E_CLOSED; } } while (0)
 static inline void core_rdlock(ps_core *c) {
     for (int i = 0; i < PS_WRLOCK_SPINS && __atomic_load_n(&c->wr_intent, __ATOMIC_ACQUIRE); i++)
         ps_cpu_relax();

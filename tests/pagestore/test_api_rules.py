@@ -39,10 +39,14 @@ def test_bytes_like_keys_are_accepted(db):
     ("page_size", 3000), ("page_size", 65536), ("memory_size", 1024), ("wal_mode", "sometimes"),
     ("recovery_data", "disk"), ("recovery_compression", "gzip"), ("throttling", "hard"),
     ("checkpoint_threads", 0), ("encryption_key", b"short"), ("no_such_option", 1),
+    ("memory_size", 1 << 50), ("wal_segment_size", 1 << 44),
+    ("recovery_compression_level", dict(recovery_compression="lz4", recovery_compression_level=22)),
+    ("recovery_compression_level", dict(recovery_compression="snappy", recovery_compression_level=5)),
 ])
 def test_bad_option_raises_value_error_naming_it(tmp_path, option, value):
+    options = value if isinstance(value, dict) else {option: value}
     with pytest.raises(ValueError) as e:
-        pagestore.open(tmp_path / "s", **{option: value})
+        pagestore.open(tmp_path / "s", **options)
     assert option in str(e.value)
     assert isinstance(e.value, pagestore.ConfigError)
     assert not (tmp_path / "s").exists()

@@ -69,3 +69,18 @@ def test_batches_that_fit_once_checkpoints_clean_memory_still_go_through(tmp_pat
         assert dict(db.scan()) == want
     finally:
         db.close()
+
+
+def test_a_single_put_larger_than_page_memory_raises_the_public_error_and_changes_nothing(tmp_path):
+    db = pagestore.open(tmp_path / "s", memory_size=4 << 20, wal_segment_size=32 << 20,
+                        checkpoint_interval=3600)
+    try:
+        db.put(b"kept", b"1")
+        big = bytes(8 << 20)                 # its overflow pages alone outgrow page memory
+        with pytest.raises(pagestore.TransactionTooLargeError):
+            db.put(b"big", big)
+        with pytest.raises(pagestore.TransactionTooLargeError):
+            db[b"big"] = big
+        assert dict(db.scan()) == {b"kept": b"1"}
+    finally:
+        db.close()
