@@ -18,6 +18,7 @@ import os
 import pickle
 import struct
 import threading
+import weakref
 from array import array
 
 from . import errors as _errors
@@ -153,6 +154,11 @@ def _u64_array(page_ids):
     return ffi.from_buffer("uint64_t[]", a), len(a)
 
 
+def _destroy(c, *_alive) -> None:
+    """Core's finalizer: `_alive` (the signals) only has to outlive the core."""
+    lib.ps_destroy(c)
+
+
 class Core:
     """One C core: page memory, B+tree, WAL encoder, checkpoint hooks."""
 
@@ -180,9 +186,15 @@ class Core:
             raise MemoryError(f"cannot create the C core (status {rc})") if rc == PS_E_NOMEM \
                 else ValueError(f"bad C core parameters (status {rc})")
         # Freed only when nothing can call it any more: the hot-path closures
-        # hold this pointer, and one may be called after close() (ps_close
-        # makes that call return PS_E_CLOSED instead of touching freed memory).
-        self._c = ffi.gc(out[0], lib.ps_destroy)
+        # reach this object (through _raise), and one may be called after
+        # close() (ps_close makes it return PS_E_CLOSED instead of touching
+        # freed memory). The finalizer holds the signals, which the core's
+        # prefault thread writes until ps_destroy stops it: an ffi.gc pointer
+        # could outlive them when both die in one garbage cycle (a segfault
+        # under ASan). Not the callback handle: it leads back to the store,
+        # and a finalizer's arguments that reach its object keep it alive.
+        self._c = out[0]
+        self._finalizer = weakref.finalize(self, _destroy, self._c, self.signals)
         self.closed = False
         self.set_snapshot_codec(snapshot_codec)
         self.max_key = lib.ps_max_key(self._c)
@@ -339,11 +351,8 @@ class Core:
     def _closed(*_args):
         raise _errors.ClosedError("the C core is closed")
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+    # No __del__: the finalizer above (ps_destroy) frees the core when the
+    # last reference goes.
 
     # -- batches, replay, records -----------------------------------------------
     def apply_batch(self, ops: bytes, txid: int = 0) -> int:

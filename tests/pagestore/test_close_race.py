@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+import pagestore
+
 _PRELUDE = """
 import sys, threading, pagestore
 path = sys.argv[1]
@@ -87,3 +89,22 @@ db2.close()
     r = _run(tmp_path, body)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[:2] == ["[] 4", "b'v01999'"], r.stdout
+
+
+def test_closed_and_abandoned_stores_free_their_cores(tmp_path):
+    # the core's finalizer must not hold anything that leads back to the store, or
+    # an abandoned store's page memory would never be freed
+    import gc
+    finalizers = []
+    for i in range(4):
+        db = pagestore.open(tmp_path / f"s{i}", memory_size=8 << 20, wal_segment_size=1 << 20)
+        for j in range(500):
+            db.put(b"k%05d" % j, b"v" * 100)
+        finalizers.append(db._core._finalizer)
+        if i % 2:
+            db._abandon()
+        else:
+            db.close()
+        del db
+    gc.collect()
+    assert [f.alive for f in finalizers] == [False] * 4
