@@ -18,7 +18,6 @@ import os
 import pickle
 import struct
 import threading
-import weakref
 from array import array
 
 from . import errors as _errors
@@ -154,11 +153,6 @@ def _u64_array(page_ids):
     return ffi.from_buffer("uint64_t[]", a), len(a)
 
 
-def _destroy(c, *_alive) -> None:
-    """Core's finalizer: `_alive` (the signals) only has to outlive the core."""
-    lib.ps_destroy(c)
-
-
 class Core:
     """One C core: page memory, B+tree, WAL encoder, checkpoint hooks."""
 
@@ -178,23 +172,22 @@ class Core:
         self.page_size = page_size
         self._cb = _Callbacks(read_page, wal_segment, page_size)
         self._handle = ffi.new_handle(self._cb)
-        self.signals = ffi.new("ps_signals *")   # owned here: valid even after close()
         out = ffi.new("ps_core **")
         rc = lib.ps_create(page_size, memory_size, checkpoint_buffer_size, page_reserve,
-                           1 if physical_wal else 0, self._handle, self.signals, out)
+                           1 if physical_wal else 0, self._handle, ffi.NULL, out)
         if rc != PS_OK:
             raise MemoryError(f"cannot create the C core (status {rc})") if rc == PS_E_NOMEM \
                 else ValueError(f"bad C core parameters (status {rc})")
         # Freed only when nothing can call it any more: the hot-path closures
-        # reach this object (through _raise), and one may be called after
-        # close() (ps_close makes it return PS_E_CLOSED instead of touching
-        # freed memory). The finalizer holds the signals, which the core's
-        # prefault thread writes until ps_destroy stops it: an ffi.gc pointer
-        # could outlive them when both die in one garbage cycle (a segfault
-        # under ASan). Not the callback handle: it leads back to the store,
-        # and a finalizer's arguments that reach its object keep it alive.
-        self._c = out[0]
-        self._finalizer = weakref.finalize(self, _destroy, self._c, self.signals)
+        # hold this pointer, and one may be called after close() (ps_close
+        # makes it return PS_E_CLOSED instead of touching freed memory). The
+        # destructor runs when the pointer object is deallocated, which in a
+        # garbage cycle comes after every __del__ (a store's __del__ closes it
+        # through this core). A weakref finalizer would run before them.
+        self._c = ffi.gc(out[0], lib.ps_destroy)
+        # In the core's struct (ps_close keeps it): valid as long as self._c,
+        # and written by the core's prefault thread until ps_destroy stops it.
+        self.signals = lib.ps_get_signals(self._c)
         self.closed = False
         self.set_snapshot_codec(snapshot_codec)
         self.max_key = lib.ps_max_key(self._c)
@@ -351,7 +344,7 @@ class Core:
     def _closed(*_args):
         raise _errors.ClosedError("the C core is closed")
 
-    # No __del__: the finalizer above (ps_destroy) frees the core when the
+    # No __del__: the pointer's destructor (ps_destroy) frees the core when the
     # last reference goes.
 
     # -- batches, replay, records -----------------------------------------------

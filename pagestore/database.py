@@ -586,7 +586,11 @@ class Database:
                 stop()
             except BaseException:  # noqa: BLE001 - the simulated machine is down
                 pass
-        self.__dict__.pop("_core", None)
+        # the core stays, as after close(): late calls get ClosedError from it,
+        # and `_signals` points into it
+        core = self.__dict__.get("_core")
+        if core is not None:
+            core.close()
         self.__dict__.pop("_pages", None)
         lock = self.__dict__.pop("_lock", None)
         if lock is not None:      # a dead process's flock goes with its descriptors
