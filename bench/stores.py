@@ -176,9 +176,13 @@ class PagestoreStore(Store):
         self.db.checkpoint()
 
     def checkpoint_state(self):
-        """(running, completed): read once per chunk of ~2 ms, so it must be cheap
-        (stats() is ~6 us, 0.3 % of a chunk)."""
+        """(running, completed): read once per chunk of ~2 ms by every writer, so it
+        must be cheap: Database.checkpoint_state (two reads, no lock). stats() takes
+        the WAL's lock: with 16 fsync writers it cut their commits by 20-25 %."""
+        fast = getattr(self.db, "checkpoint_state", None)
         try:
+            if fast is not None:
+                return fast()
             st = self.db.stats()
         except Exception:  # noqa: BLE001 - as stats(): never stop a run
             return False, 0

@@ -511,6 +511,13 @@ class Database:
         self._check_open()
         return self._core.verify()
 
+    def checkpoint_state(self) -> tuple:
+        """(a checkpoint is running, checkpoints completed): two reads without a
+        lock, cheap enough to call every few operations (stats() takes the WAL's
+        and the checkpointer's locks, which writers contend for)."""
+        ck = self._ckpt
+        return bool(ck._progress.running), ck._totals["checkpoints"]
+
     def stats(self) -> dict:
         self._check_open()
         out = self._core.stats()

@@ -246,3 +246,12 @@ def test_reads_wait_for_room_when_every_page_is_dirty(tmp_path):
             assert d.get(b"%06d" % i) == b"v" * 200
         assert sum(1 for _ in d.scan()) == 3000
         assert d.stats()["throttle_nomem_waits"] > 0     # the waiting path really ran
+
+
+def test_checkpoint_state_agrees_with_stats(db):
+    before = db.checkpoint_state()
+    assert before == (False, db.stats()["checkpoints"])
+    db.put(b"k", b"v")
+    db.checkpoint()
+    running, done = db.checkpoint_state()
+    assert not running and done == before[1] + 1 == db.stats()["checkpoints"]
