@@ -395,6 +395,11 @@ class Checkpointer:
         """A requested checkpoint has not begun yet (the dirty-page trigger asks only then)."""
         return self._requested > self._begun
 
+    def state(self) -> tuple:
+        """(running, checkpoints completed): two reads without a lock, for callers
+        that ask every few operations (`progress()` and `stats()` lock)."""
+        return bool(self._progress.running), self._totals["checkpoints"]
+
     def progress(self) -> dict:
         """checkpoint_pages, recovery_pages_written, pages_written, running: for the throttle."""
         return self._progress.snapshot()

@@ -515,8 +515,7 @@ class Database:
         """(a checkpoint is running, checkpoints completed): two reads without a
         lock, cheap enough to call every few operations (stats() takes the WAL's
         and the checkpointer's locks, which writers contend for)."""
-        ck = self._ckpt
-        return bool(ck._progress.running), ck._totals["checkpoints"]
+        return self._ckpt.state()
 
     def stats(self) -> dict:
         self._check_open()
