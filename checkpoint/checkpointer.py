@@ -395,7 +395,7 @@ class Checkpointer:
         """A requested checkpoint has not begun yet (the dirty-page trigger asks only then)."""
         return self._requested > self._begun
 
-    def state(self) -> tuple:
+    def running_and_done(self) -> tuple:
         """(running, checkpoints completed): two reads without a lock, for callers
         that ask every few operations (`progress()` and `stats()` lock)."""
         return bool(self._progress.running), self._totals["checkpoints"]

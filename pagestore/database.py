@@ -515,7 +515,7 @@ class Database:
         """(a checkpoint is running, checkpoints completed): two reads without a
         lock, cheap enough to call every few operations (stats() takes the WAL's
         and the checkpointer's locks, which writers contend for)."""
-        return self._ckpt.state()
+        return self._ckpt.running_and_done()
 
     def stats(self) -> dict:
         self._check_open()
