@@ -10,6 +10,10 @@ when the WAL needs its next segment.
 Hot paths (`get`, `put`, `delete`) are closures bound per Core with the C
 function, the core pointer and a per-thread output buffer in locals: one C
 call and one `ffi.unpack` per `get`. `close()` must not race with calls.
+
+No memoryview is left exported to cffi where a garbage cycle can reach it
+(see `_pin`): long-lived pointers go through the object under the view, and
+per-call exports sit in `with` blocks, so a failed call's traceback holds none.
 """
 
 from __future__ import annotations
@@ -108,6 +112,34 @@ class _Callbacks:
         self.seg_size = 0
 
 
+def _pin(buf):
+    """(keep, ptr, n): a writable uint8_t * over `buf`'s n bytes, valid while
+    `keep` lives.
+
+    A memoryview is pinned through the object under it, never exported to
+    cffi itself: CPython 3.11's collector, breaking a garbage cycle that holds
+    a memoryview still exported to a live cdata, drops the view's buffer and
+    then crashes releasing the export (gh-77894, fixed in 3.12). A store that
+    failed to open, or was dropped without close(), is such a cycle: the
+    exception's frames, the store, its core, the WAL segment's view."""
+    if not isinstance(buf, memoryview):
+        keep = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+        return keep, keep, len(keep)
+    view = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+    try:
+        keep = ffi.from_buffer("uint8_t[]", buf.obj, require_writable=True)
+    except (TypeError, ValueError, BufferError):   # no contiguous object under it
+        return view, view, len(view)
+    try:
+        off = int(ffi.cast("uintptr_t", view)) - int(ffi.cast("uintptr_t", keep))
+        n = len(view)
+    finally:
+        ffi.release(view)
+    if off < 0 or off + n > len(keep):
+        raise ValueError("the buffer's view lies outside the object it views")
+    return keep, keep + off, n
+
+
 @ffi.def_extern()
 def ps_py_read_page(handle, page_id, buf):
     cb = ffi.from_handle(handle)
@@ -128,10 +160,10 @@ def ps_py_wal_segment(handle, seq, base_out):
         buf = None if cb.wal_segment is None else cb.wal_segment(seq)
         if buf is None:
             return -1
-        ptr = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-        if len(ptr) < cb.seg_size:
-            raise ValueError(f"WAL segment {seq}: buffer of {len(ptr)} bytes, need {cb.seg_size}")
-        cb.wal_keep = [cb.wal_keep[-1], (buf, ptr)] if cb.wal_keep else [(buf, ptr)]
+        keep, ptr, n = _pin(buf)
+        if n < cb.seg_size:
+            raise ValueError(f"WAL segment {seq}: buffer of {n} bytes, need {cb.seg_size}")
+        cb.wal_keep = [cb.wal_keep[-1], keep] if cb.wal_keep else [keep]
         base_out[0] = ptr
         return 0
     except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
@@ -286,15 +318,15 @@ class Core:
     def wal_attach(self, buf, seg_size: int, seq: int, offset: int, prev_end_lsn: int,
                    write_header: bool) -> None:
         """Append WAL records into buf (segment seq) from offset on."""
-        ptr = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-        if len(ptr) < seg_size:
-            raise ValueError(f"segment buffer of {len(ptr)} bytes, segment_size {seg_size}")
+        keep, ptr, n = _pin(buf)
+        if n < seg_size:
+            raise ValueError(f"segment buffer of {n} bytes, segment_size {seg_size}")
         self._cb.seg_size = seg_size
         rc = lib.ps_wal_attach(self._c, ptr, seg_size, seq, offset, prev_end_lsn,
                                1 if write_header else 0)
         if rc:
             self._raise(rc)
-        self._cb.wal_keep = [(buf, ptr)]
+        self._cb.wal_keep = [keep]
 
     def wal_set_unmap(self, on: bool) -> None:
         """Let the encoder unmap the segment ranges it has written (MADV_DONTNEED).
@@ -365,9 +397,11 @@ class Core:
         """Replay raw PUT/DELETE records (block headers removed) without logging.
         `records` is bytes or any contiguous bytes-like object (a bytearray from
         `wal_scan`)."""
-        if type(records) is not bytes:
-            records = ffi.from_buffer(records)
-        r = lib.ps_apply_log(self._c, records, len(records))
+        if type(records) is bytes:
+            r = lib.ps_apply_log(self._c, records, len(records))
+        else:
+            with ffi.from_buffer(records) as buf:
+                r = lib.ps_apply_log(self._c, buf, len(buf))
         if r >= 0:
             return r
         self._raise(r)
@@ -425,10 +459,10 @@ class Core:
         replay does not miss on them. Images failing their checks are skipped;
         stops when page memory has no free slot. Returns how many were kept."""
         ids, n = _u64_array(page_ids)
-        buf = ffi.from_buffer(images)
-        if len(buf) < n * self.page_size:
-            raise ValueError(f"{n} page ids but {len(buf)} bytes of images")
-        r = lib.ps_stash_pages(self._c, ids, buf, n)
+        with ids, ffi.from_buffer(images) as buf:
+            if len(buf) < n * self.page_size:
+                raise ValueError(f"{n} page ids but {len(buf)} bytes of images")
+            r = lib.ps_stash_pages(self._c, ids, buf, n)
         if r < 0:
             self._raise(r)
         return r
@@ -439,9 +473,8 @@ class Core:
         Never evicts: stops when page memory has no free slot. Pages already in
         memory, beyond the page count, or failing their checksum / page-id check
         are skipped (a later miss reads and reports them through read_page)."""
-        buf = ffi.from_buffer(images)
-        n = len(buf) // self.page_size
-        r = lib.ps_preload(self._c, first_page_id, buf, n)
+        with ffi.from_buffer(images) as buf:
+            r = lib.ps_preload(self._c, first_page_id, buf, len(buf) // self.page_size)
         if r < 0:
             self._raise(r)
         return r
@@ -470,24 +503,25 @@ class Core:
     def ckpt_copy(self, page_ids, out) -> None:
         """Checkpoint images (COW copy or live page) of page_ids into out, CRC stamped."""
         ids, n = _u64_array(page_ids)
-        dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
-        if len(dst) < n * self.page_size:
-            raise ValueError(f"out holds {len(dst)} bytes, {n} pages need {n * self.page_size}")
-        rc = lib.ps_ckpt_copy(self._c, ids, n, dst)
+        with ids, ffi.from_buffer("uint8_t[]", out, require_writable=True) as dst:
+            if len(dst) < n * self.page_size:
+                raise ValueError(f"out holds {len(dst)} bytes, {n} pages need {n * self.page_size}")
+            rc = lib.ps_ckpt_copy(self._c, ids, n, dst)
         if rc:
             self._raise(rc)
 
     def ckpt_copy_frame(self, page_ids, codec: int, out) -> tuple[int, int]:
         """`ckpt_copy` then `frame_recovery_records`, one page at a time without the
         intermediate images buffer; returns (bytes framed into out, gap fallbacks)."""
-        ids, n = _u64_array(page_ids)
-        dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
-        if len(dst) < n * (self.page_size + 18):
-            raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (self.page_size + 18)}")
-        fallbacks = ffi.new("uint64_t *")
         if codec not in frame_recovery_records.codecs:
             raise ValueError(f"codec {codec} is not framed in C")
-        got = lib.ps_ckpt_copy_frame(self._c, ids, n, int(codec), dst, len(dst), fallbacks)
+        ids, n = _u64_array(page_ids)
+        fallbacks = ffi.new("uint64_t *")
+        with ids, ffi.from_buffer("uint8_t[]", out, require_writable=True) as dst:
+            if len(dst) < n * (self.page_size + 18):
+                raise ValueError(f"out holds {len(dst)} bytes, {n} records may need "
+                                 f"{n * (self.page_size + 18)}")
+            got = lib.ps_ckpt_copy_frame(self._c, ids, n, int(codec), dst, len(dst), fallbacks)
         if got < 0:
             self._raise(int(got))
         return int(got), fallbacks[0]
@@ -495,7 +529,8 @@ class Core:
     def ckpt_release(self, page_ids) -> None:
         """Pages written in place: clear their in-checkpoint flag, free COW copies."""
         ids, n = _u64_array(page_ids)
-        lib.ps_ckpt_release(self._c, ids, n)
+        with ids:
+            lib.ps_ckpt_release(self._c, ids, n)
 
     def ckpt_end(self) -> None:
         lib.ps_ckpt_end(self._c)
@@ -607,9 +642,8 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     in plaintext form, as `record_opener` returns them. Without libcrypto
     (`wal_seal_available()` false) it takes nothing: (0, b"", offset).
     """
-    src = ffi.from_buffer(buf)
-    if len(src) < segment_size:
-        raise ValueError(f"segment buffer of {len(src)} bytes, segment_size {segment_size}")
+    if len(buf) < segment_size:     # len: no buffer export held while this may raise
+        raise ValueError(f"segment buffer of {len(buf)} bytes, segment_size {segment_size}")
     if key is not None:
         if len(key) != 32 or salt is None or len(salt) != 8:
             raise ValueError("a sealed WAL scan needs a 32-byte key and an 8-byte salt")
@@ -627,9 +661,12 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     out_len = ffi.new("size_t *")
     end = ffi.new("uint64_t *")
     big = ffi.new("int *")
-    n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
-                        out_len, end, big, ffi.NULL if key is None else bytes(key),
-                        ffi.NULL if salt is None else bytes(salt))
+    with ffi.from_buffer(buf) as src:
+        if len(src) < segment_size:
+            raise ValueError(f"segment buffer of {len(src)} bytes, segment_size {segment_size}")
+        n = lib.ps_wal_scan(src, segment_size, base_lsn, offset, ffi.from_buffer(scratch), cap,
+                            out_len, end, big, ffi.NULL if key is None else bytes(key),
+                            ffi.NULL if salt is None else bytes(salt))
     if n == 0 and big[0] and cap < segment_size:
         return wal_scan(buf, base_lsn, offset, segment_size, segment_size, key=key, salt=salt)
     if n < 0:
@@ -660,11 +697,11 @@ def crc32c_hardware_available() -> bool:
 
 def seal_page(buf, page_id: int, page_size: int | None = None) -> None:
     """Stamp the page id and CRC into a page image (writable buffer)."""
-    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-    ps = len(p) if page_size is None else page_size
-    if ps > len(p) or ps < 32:
-        raise ValueError("buffer shorter than the page")
-    lib.ps_seal_page(p, ps, page_id)
+    with ffi.from_buffer("uint8_t[]", buf, require_writable=True) as p:
+        ps = len(p) if page_size is None else page_size
+        if ps > len(p) or ps < 32:
+            raise ValueError("buffer shorter than the page")
+        lib.ps_seal_page(p, ps, page_id)
 
 
 def check_page(buf, page_id: int) -> bool:
@@ -704,10 +741,10 @@ def pwrite_pages(fd: int, page_ids, images, page_size: int) -> int:
     """Write page images in place through `fd`, without the GIL (pagemem.c); bytes
     written. Raises OSError (with errno) on a failed write; ids must ascend."""
     ids, n = _u64_array(page_ids)
-    src = ffi.from_buffer(images)
-    if len(src) < n * page_size:
-        raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
-    got = lib.ps_pwrite_pages(int(fd), ids, n, src, page_size)
+    with ids, ffi.from_buffer(images) as src:
+        if len(src) < n * page_size:
+            raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
+        got = lib.ps_pwrite_pages(int(fd), ids, n, src, page_size)
     if got < 0:
         raise OSError(int(-got), os.strerror(int(-got)))
     return int(got)
@@ -726,14 +763,14 @@ def frame_recovery_records(page_ids, images, page_size: int, codec: int, out) ->
     if codec not in frame_recovery_records.codecs:
         raise ValueError(f"codec {codec} is not framed in C")
     ids, n = _u64_array(page_ids)
-    src = ffi.from_buffer(images)
-    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
-    if len(src) < n * page_size:
-        raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
     fallbacks = ffi.new("uint64_t *")
-    got = lib.ps_recframe(src, ids, n, page_size, int(codec), dst, len(dst), fallbacks)
+    with ids, ffi.from_buffer(images) as src, \
+            ffi.from_buffer("uint8_t[]", out, require_writable=True) as dst:
+        if len(src) < n * page_size:
+            raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
+        got = lib.ps_recframe(src, ids, n, page_size, int(codec), dst, len(dst), fallbacks)
     if got < 0:
-        raise ValueError(f"out holds {len(dst)} bytes, {n} records may need {n * (page_size + 18)}")
+        raise ValueError(f"out holds {len(out)} bytes, {n} records may need {n * (page_size + 18)}")
     return got, fallbacks[0]
 
 
@@ -742,13 +779,13 @@ def seal_pages(key: bytes, key_id: int, ad_prefix: bytes, page_ids, images, out,
     pages `images` into `out`, without the GIL (pageseal.c). ValueError names the
     first page whose last 32 bytes are not zero. Needs wal_seal_available()."""
     ids, n = _u64_array(page_ids)
-    src = ffi.from_buffer(images)
-    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
-    if len(src) < n * page_size or len(dst) < n * page_size:
-        raise ValueError(f"{n} pages need {n * page_size} bytes in and out, "
-                         f"got {len(src)} and {len(dst)}")
     bad = ffi.new("uint64_t *")
-    rc = lib.ps_seal_pages(key, key_id, ad_prefix, len(ad_prefix), ids, n, src, dst, page_size, bad)
+    with ids, ffi.from_buffer(images) as src, \
+            ffi.from_buffer("uint8_t[]", out, require_writable=True) as dst:
+        if len(src) < n * page_size or len(dst) < n * page_size:
+            raise ValueError(f"{n} pages need {n * page_size} bytes in and out, "
+                             f"got {len(src)} and {len(dst)}")
+        rc = lib.ps_seal_pages(key, key_id, ad_prefix, len(ad_prefix), ids, n, src, dst, page_size, bad)
     if rc == lib.PS_E_CORRUPT:
         raise ValueError(f"page {page_ids[bad[0]]}: the last 32 bytes of a plain page must be zero "
                          "(they are not encrypted)")
@@ -761,11 +798,10 @@ def open_pages(keytab: bytes, ad_prefix: bytes, first_id: int, buf, page_size: i
     """Open the sealed pages first_id.. of `buf` in place, without the GIL
     (pageseal.c). Returns (pages opened, index of the first page that does not
     authenticate or None); with `zero_bad` such pages are zeroed and skipped."""
-    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-    n = len(p) // page_size
     bad = ffi.new("uint64_t *")
-    got = lib.ps_open_pages(keytab, ad_prefix, len(ad_prefix), first_id, n, p, page_size,
-                            1 if zero_bad else 0, bad)
+    with ffi.from_buffer("uint8_t[]", buf, require_writable=True) as p:
+        got = lib.ps_open_pages(keytab, ad_prefix, len(ad_prefix), first_id, len(p) // page_size, p,
+                                page_size, 1 if zero_bad else 0, bad)
     if got == lib.PS_E_CORRUPT:
         return int(bad[0]), int(bad[0])
     if got < 0:
@@ -779,13 +815,14 @@ def seal_records(key: bytes, key_id: int, checkpoint_id: int, writer: int, offse
     buf[start:end] (checkpoint/format.py's ENCRYPTED form; `offset` is the file
     offset of buf[start]); returns the new end. ValueError when buf is too short
     (nothing changed) or the records are malformed."""
-    p = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-    if not 0 <= start <= end <= len(p):
-        raise ValueError(f"records [{start}, {end}) outside a buffer of {len(p)} bytes")
-    got = lib.ps_seal_records(key, key_id, checkpoint_id, writer, offset, p + start, end - start,
-                              len(p) - start)
+    with ffi.from_buffer("uint8_t[]", buf, require_writable=True) as p:
+        size = len(p)
+        if not 0 <= start <= end <= size:
+            raise ValueError(f"records [{start}, {end}) outside a buffer of {size} bytes")
+        got = lib.ps_seal_records(key, key_id, checkpoint_id, writer, offset, p + start, end - start,
+                                  size - start)
     if got == lib.PS_E_NEED_SPACE:
-        raise ValueError(f"buffer of {len(p)} bytes too short for the sealed records")
+        raise ValueError(f"buffer of {size} bytes too short for the sealed records")
     if got == lib.PS_E_CORRUPT:
         raise ValueError("malformed or already sealed recovery-file records")
     if got < 0:
@@ -813,12 +850,12 @@ def compact_pages(images, n: int, page_size: int, out, lens, flags) -> int:
     stride of page_size: lens (array('I')) and flags (bytearray: GAP_SKIPPED or
     0) per page. Returns the gap fallbacks (pages stored whole). For the
     compressing codecs' framing in checkpoint/recovery_file.py."""
-    src = ffi.from_buffer(images)
-    dst = ffi.from_buffer("uint8_t[]", out, require_writable=True)
-    if len(src) < n * page_size or len(dst) < n * page_size or len(lens) < n or len(flags) < n:
-        raise ValueError(f"buffers too small for {n} pages")
-    got = lib.ps_compact_pages(src, n, page_size, dst, ffi.from_buffer("uint32_t[]", lens, require_writable=True),
-                               ffi.from_buffer("uint8_t[]", flags, require_writable=True))
+    with ffi.from_buffer(images) as src, ffi.from_buffer("uint8_t[]", out, require_writable=True) as dst:
+        if len(src) < n * page_size or len(dst) < n * page_size or len(lens) < n or len(flags) < n:
+            raise ValueError(f"buffers too small for {n} pages")
+        got = lib.ps_compact_pages(src, n, page_size, dst,
+                                   ffi.from_buffer("uint32_t[]", lens, require_writable=True),
+                                   ffi.from_buffer("uint8_t[]", flags, require_writable=True))
     if got < 0:
         raise ValueError(f"bad page size {page_size}")
     return got
@@ -829,9 +866,9 @@ def frame_record_heads(buf, page_ids, codecs, flags, lens) -> int:
     (an 18-byte gap, then lens[i] payload bytes, per page). Returns the bytes
     the records span."""
     ids, n = _u64_array(page_ids)
-    dst = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
-    got = lib.ps_frame_heads(dst, len(dst), n, ids, ffi.from_buffer("uint8_t[]", codecs),
-                             ffi.from_buffer("uint8_t[]", flags), ffi.from_buffer("uint32_t[]", lens))
+    with ids, ffi.from_buffer("uint8_t[]", buf, require_writable=True) as dst:
+        got = lib.ps_frame_heads(dst, len(dst), n, ids, ffi.from_buffer("uint8_t[]", codecs),
+                                 ffi.from_buffer("uint8_t[]", flags), ffi.from_buffer("uint32_t[]", lens))
     if got < 0:
         raise ValueError("records do not fit in buf")
     return got
@@ -846,12 +883,11 @@ def parse_recovery_records(buf, page_size: int, images, ids) -> tuple[int, int]:
     first record that is incomplete in `buf`, of another codec, encrypted or in
     any way invalid, which the caller's Python reader then takes.
     """
-    src = ffi.from_buffer(buf)
-    out = ffi.from_buffer("uint8_t[]", images, require_writable=True)
-    idv = ffi.from_buffer("uint64_t[]", ids, require_writable=True)
-    cap = min(len(idv), len(out) // page_size)
     used = ffi.new("size_t *")
-    got = lib.ps_recparse(src, len(src), page_size, out, idv, cap, used)
+    with ffi.from_buffer(buf) as src, ffi.from_buffer("uint8_t[]", images, require_writable=True) as out, \
+            ffi.from_buffer("uint64_t[]", ids, require_writable=True) as idv:
+        cap = min(len(idv), len(out) // page_size)
+        got = lib.ps_recparse(src, len(src), page_size, out, idv, cap, used)
     if got < 0:
         raise ValueError(f"bad page size {page_size}")
     return got, used[0]
