@@ -2,6 +2,7 @@
 #   make bench    set up, then the main benchmark job (quick matrix, peers, report)
 #   make test     set up, then the whole test suite
 #   make torture  long crash / kill -9 loops (not part of make test)
+#   make gc-stress the storage suites with the collector running constantly
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -16,7 +17,7 @@ SANITIZE_ENV := LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-fi
                 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 endif
 
-.PHONY: setup build test torture microbench bench java clean
+.PHONY: setup build test torture gc-stress microbench bench java clean
 
 setup: $(STAMP) build
 
@@ -42,6 +43,10 @@ java:
 
 test: setup java
 	$(SANITIZE_ENV) $(PYTEST) -q -m "not slow" --benchmark-disable -p no:warnings tests
+
+gc-stress: setup
+	PAGESTORE_GC_STRESS=1 $(PYTEST) -q -m "not slow" --benchmark-disable -p no:warnings \
+	  tests/pagestore tests/crash tests/checkpoint tests/recovery tests/wal tests/diskio
 
 microbench: setup
 	$(PYTEST) -q --benchmark-only tests/pagestore/test_microbench.py
