@@ -135,7 +135,16 @@ class Database:
         except (_recovery.RecoveryFileCorrupt, _recovery.MarkerCorrupt) as e:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
         except _recovery.RecoveryError as e:
-            raise CorruptionError(str(e)) from e
+            path, msg = e.path, str(e)
+            report = getattr(self, "_physical_report", None)
+            if path is None and report is not None:
+                # A 'wal' mode restore read the WAL's page records: name where
+                # that read stopped on damage, else the WAL itself.
+                hit = report.damage + report.gaps
+                path = hit[0]["file"] if hit else wal_dir
+                msg += f" (the WAL's page records: {path}" + \
+                    (f" offset {hit[0]['offset']}: {hit[0]['reason']})" if hit else ")")
+            raise CorruptionError(msg, path) from e
         except _wal_segments.SegmentSizeMismatch as e:    # "wal" mode's restore reads the WAL
             raise ConfigError(str(e), option="wal_segment_size") from e
         if rec.checkpoint_id and self._pages.is_new():
@@ -220,7 +229,8 @@ class Database:
         segs = _wal_segments.Segments(self.fs, wal_dir, self.config.wal_segment_size, cipher=self._cipher)
         try:
             segs.scan()
-            yield from _wal_reader.scan(segs, lsn, _wal.RecoveryReport(lsn))
+            self._physical_report = _wal.RecoveryReport(lsn)
+            yield from _wal_reader.scan(segs, lsn, self._physical_report)
         finally:
             segs.close_readers()
 

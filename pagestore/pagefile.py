@@ -26,6 +26,12 @@ def looks_sealed(head: bytes) -> bool:
     (cipher.py: key id 1..255, three zero bytes) at one of the page sizes: what
     an encrypted store's meta page looks like to a reader without the key."""
     from .cipher import PAGE_RESERVE, PAGE_SIZES
+    # A whole plaintext page (its crc32c and its own page id hold) is not
+    # sealed, even where a leaf cell's bytes happen to look like a trailer:
+    # such a page at offset 0 is a damaged or misdirected meta page.
+    pid = int.from_bytes(head[8:16], "little") if len(head) >= 16 else 0
+    if any(s <= len(head) and check_page(head[:s], pid) for s in PAGE_SIZES):
+        return False
     return any(s <= len(head) and head[s - PAGE_RESERVE] >= 1
                and head[s - PAGE_RESERVE + 1:s - PAGE_RESERVE + 4] == b"\0\0\0"
                for s in PAGE_SIZES)
@@ -67,6 +73,14 @@ class PageFile:
         if info is None:
             raise CorruptionError(f"{self.path}: not a pagestore page file (bad magic)", self.path)
         if info["page_size"] != self.page_size:
+            # Another page size is the caller's option only if page 0 is whole
+            # at that size; otherwise the field itself is damaged.
+            from .cipher import PAGE_SIZES   # (an encrypted header was authenticated above)
+            ps = info["page_size"]
+            if self.cipher is None and (ps not in PAGE_SIZES or not check_page(self.file.pread(ps, 0), 0)):
+                raise CorruptionError(
+                    f"{self.path}: page 0 (the meta page) fails its checks: it gives page_size "
+                    f"{ps}, and is not a whole page of that size", self.path)
             raise ConfigError(
                 f"option 'page_size': {self.path} was created with page_size="
                 f"{info['page_size']}, not {self.page_size}", option="page_size")

@@ -76,7 +76,7 @@ class Slot:
         self.path = path
         self.size = size
         self.header = header  # SegmentHeader or None (fresh, torn or foreign)
-        self.blank = blank    # the header bytes are all zero (never written)
+        self.blank = blank    # header and first record block all zero (never written)
 
     @property
     def seq(self):
@@ -92,9 +92,14 @@ def read_slot(open_file, path: str, number: int) -> Slot:
     try:
         size = f.size()
         raw = f.pread(min(size, SEG_HDR_LEN), 0)
+        # Blank means never written, so free to reuse as a fresh segment. A
+        # zeroed header alone is not that: records after it mean the header
+        # was damaged, and the slot is damage to report and set aside, not a
+        # slot whose records may be overwritten unreported.
+        blank = not any(raw) and (size <= BLOCK or not any(f.pread(min(size - BLOCK, BLOCK), BLOCK)))
     finally:
         f.close()
-    return Slot(number, path, size, decode_segment_header(raw), not any(raw))
+    return Slot(number, path, size, decode_segment_header(raw), blank)
 
 
 class _Live:
