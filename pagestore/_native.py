@@ -22,6 +22,7 @@ import os
 import pickle
 import struct
 import threading
+import traceback
 from array import array
 
 from . import errors as _errors
@@ -140,7 +141,40 @@ def _pin(buf):
     return keep, keep + off, n
 
 
-@ffi.def_extern()
+# An exception that escapes a callback before its `try` (a signal handler's
+# KeyboardInterrupt runs at any bytecode) is caught by cffi: `error=-1` makes
+# the callback fail instead of "succeed" with nothing done (a stale page slot
+# then failed its page-id check), and `onerror` keeps the exception for the
+# caller to raise, per thread, since it has no handle to reach the core by.
+_late = threading.local()
+
+
+def _late_error(_exc_type, exc, _tb):
+    _late.exc = _kept(exc)
+
+
+def _kept(e: BaseException) -> BaseException:
+    """`e`, to re-raise once C has unwound, without the locals of the frames it
+    passed through: a buffer a frame had exported (a signal lands between any
+    two bytecodes) would sit in a garbage cycle with its memoryview, which
+    CPython 3.11's collector crashes on (see `_pin`). Line numbers stay."""
+    traceback.clear_frames(e.__traceback__)
+    return e
+
+
+def _take_error(cb):
+    """The exception a callback kept for this thread (its own, else a late one)."""
+    exc = getattr(cb.tls, "exc", None)
+    if exc is not None:
+        cb.tls.exc = None
+        return exc
+    exc = getattr(_late, "exc", None)
+    if exc is not None:
+        _late.exc = None
+    return exc
+
+
+@ffi.def_extern(error=-1, onerror=_late_error)
 def ps_py_read_page(handle, page_id, buf):
     cb = ffi.from_handle(handle)
     try:
@@ -149,11 +183,11 @@ def ps_py_read_page(handle, page_id, buf):
         cb.read_page(page_id, memoryview(ffi.buffer(buf, cb.page_size)))
         return 0
     except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
-        cb.tls.exc = e
+        cb.tls.exc = _kept(e)
         return -1
 
 
-@ffi.def_extern()
+@ffi.def_extern(error=-1, onerror=_late_error)
 def ps_py_wal_segment(handle, seq, base_out):
     cb = ffi.from_handle(handle)
     try:
@@ -167,7 +201,7 @@ def ps_py_wal_segment(handle, seq, base_out):
         base_out[0] = ptr
         return 0
     except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
-        cb.tls.exc = e
+        cb.tls.exc = _kept(e)
         return -1
 
 
@@ -233,9 +267,8 @@ class Core:
     def _raise(self, rc: int, key_len: int = 0, value_len: int = 0):
         if rc == PS_E_CLOSED:
             raise _errors.ClosedError("the store was closed during the operation")
-        exc = getattr(self._cb.tls, "exc", None)
+        exc = _take_error(self._cb)
         if exc is not None:
-            self._cb.tls.exc = None
             raise exc
         if rc in (PS_E_NOMEM, PS_E_CKPT_FULL, PS_E_WAL_FULL):
             raise Retry(rc, lib.ps_blocked_page(self._c) if rc == PS_E_CKPT_FULL else 0)
@@ -682,13 +715,13 @@ _scan_tls = threading.local()
 
 def crc32c(data, crc: int = 0) -> int:
     """CRC32C of data (hardware when available), chained from crc."""
-    buf = ffi.from_buffer(data)
-    return lib.ps_crc32c(crc, buf, len(buf))
+    with ffi.from_buffer(data) as buf:
+        return lib.ps_crc32c(crc, buf, len(buf))
 
 
 def crc32c_software(data, crc: int = 0) -> int:
-    buf = ffi.from_buffer(data)
-    return lib.ps_crc32c_sw(crc, buf, len(buf))
+    with ffi.from_buffer(data) as buf:
+        return lib.ps_crc32c_sw(crc, buf, len(buf))
 
 
 def crc32c_hardware_available() -> bool:
@@ -706,8 +739,8 @@ def seal_page(buf, page_id: int, page_size: int | None = None) -> None:
 
 def check_page(buf, page_id: int) -> bool:
     """True if the on-disk image passes its CRC and page-id checks."""
-    p = ffi.from_buffer("uint8_t[]", buf)
-    return len(p) >= 32 and bool(lib.ps_check_page(p, len(p), page_id))
+    with ffi.from_buffer("uint8_t[]", buf) as p:
+        return len(p) >= 32 and bool(lib.ps_check_page(p, len(p), page_id))
 
 
 _META = struct.Struct("<8sII QQQQ II")

@@ -1,0 +1,99 @@
+"""Ctrl-C (SIGINT) lands between any two bytecodes, also inside the Python
+callbacks the C core makes (a page read, the next WAL segment): the operation
+then raises KeyboardInterrupt, never a false CorruptionError or the internal
+Retry, and the process never crashes. Each case runs in a child process that
+floods itself with SIGINT."""
+
+import subprocess
+import sys
+import textwrap
+
+_FLOOD = """
+import os, random, signal, threading, time
+import pagestore
+stop = armed = False
+
+def handler(_sig, _frame):
+    # only inside the operation under test: a KeyboardInterrupt in the test's
+    # own loop would end the child, not exercise the store
+    if armed:
+        raise KeyboardInterrupt
+
+signal.signal(signal.SIGINT, handler)
+
+def flood():
+    while not stop:
+        time.sleep(random.uniform(0.001, 0.01))
+        os.kill(os.getpid(), signal.SIGINT)
+"""
+
+_GETS = _FLOOD + """
+path = __import__("sys").argv[1]
+key = b"k" * 32
+with pagestore.open(path, encryption_key=key) as db:
+    db.put_many([(b"%07d" % i, b"v" * 60) for i in range(60000)])
+db = pagestore.open(path, encryption_key=key, memory_size=64 * 4096)   # gets miss pages
+threading.Thread(target=flood, daemon=True).start()
+wrong, done = [], 0
+t0 = time.time()
+while time.time() - t0 < 5:
+    k = random.randrange(60000)
+    try:
+        armed = True
+        v = db.get(b"%07d" % k)
+        armed = False
+        assert v == b"v" * 60, v
+        done += 1
+    except KeyboardInterrupt:
+        armed = False
+    except BaseException as e:
+        armed = False
+        wrong.append(f"{type(e).__name__}: {e}")
+stop = True
+time.sleep(0.05)
+print(done, wrong[:3])
+"""
+
+_BATCHES = _FLOOD + """
+path = __import__("sys").argv[1]
+db = pagestore.open(path, wal_segment_size=1 << 20)
+threading.Thread(target=flood, daemon=True).start()
+wrong, done = [], 0
+t0 = time.time()
+for n in range(10_000):
+    if time.time() - t0 > 5:
+        break
+    items = [(b"a%05d_%05d" % (n, i), b"v" * 40) for i in range(5000)]
+    try:
+        armed = True
+        db.put_many(items)
+        armed = False
+        done += 1
+    except KeyboardInterrupt:
+        armed = False
+    except BaseException as e:
+        armed = False
+        wrong.append(f"{type(e).__module__}.{type(e).__name__}: {e}")
+stop = True
+time.sleep(0.05)
+print(done, wrong[:3])
+"""
+
+
+def _run(script, tmp_path):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_sigint_during_gets_of_an_encrypted_store_is_a_keyboard_interrupt_only(tmp_path):
+    r = _run(_GETS, tmp_path)
+    assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-1500:]}"
+    done, _, wrong = r.stdout.strip().partition(" ")
+    assert wrong == "[]" and int(done) > 100, r.stdout
+
+
+def test_sigint_during_batches_is_a_keyboard_interrupt_only(tmp_path):
+    r = _run(_BATCHES, tmp_path)
+    assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-1500:]}"
+    done, _, wrong = r.stdout.strip().partition(" ")
+    assert wrong == "[]" and int(done) > 5, r.stdout
