@@ -473,10 +473,16 @@ class Core:
             buf = tls.sbuf = ffi.new("char[]", outlen[0] + 4096)
 
     def count(self) -> int:
-        return lib.ps_count(self._c)
+        n = lib.ps_count(self._c)
+        if n < 0:                     # PS_E_CLOSED: closed while called
+            self._raise(int(n))
+        return n
 
     def height(self) -> int:
-        return lib.ps_height(self._c)
+        n = lib.ps_height(self._c)
+        if n < 0:
+            self._raise(int(n))
+        return n
 
     def verify(self) -> dict:
         """Walk every reachable page and the freelist; raises CorruptionError."""

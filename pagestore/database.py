@@ -514,18 +514,28 @@ class Database:
     def checkpoint(self) -> dict:
         """Run a checkpoint now and wait for it; returns its figures."""
         self._check_open()
-        return self._ckpt.checkpoint(wait=True, reason="user")
+        try:
+            return self._ckpt.checkpoint(wait=True, reason="user")
+        except _checkpoint.CheckpointerError:
+            self._check_open()        # closed meanwhile: ClosedError, as for any call
+            raise
 
     def verify(self) -> dict:
         """Walk every page: checksums, order, links, free space. Raises CorruptionError."""
         self._check_open()
-        return self._core.verify()
+        try:
+            return self._core.verify()
+        except _native.Retry as r:    # page memory full: wait for room, as a read does
+            return self._retry(r, self._core.verify, read=True)
 
     def checkpoint_state(self) -> tuple:
         """(a checkpoint is running, checkpoints completed): two reads without a
         lock, cheap enough to call every few operations (stats() takes the WAL's
         and the checkpointer's locks, which writers contend for)."""
-        return self._ckpt.running_and_done()
+        ckpt = self.__dict__.get("_ckpt")
+        if ckpt is None:
+            raise ClosedError(f"store {self.path} is closed")
+        return ckpt.running_and_done()
 
     def stats(self) -> dict:
         self._check_open()

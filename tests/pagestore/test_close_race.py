@@ -109,3 +109,72 @@ def test_closed_and_abandoned_stores_free_their_cores(tmp_path):
         del db
     gc.collect()
     assert [c() for c in cores] == [None] * 4
+
+
+def test_len_and_checkpoint_racing_close_raise_closed_error_only(tmp_path):
+    body = """
+import collections
+bad = collections.Counter()
+db.close()
+for rnd in range(12):
+    db = pagestore.open(path, **dict(OPTS, checkpoint_interval=0.05))
+    def loop(f):
+        while True:
+            try:
+                f()
+            except pagestore.ClosedError:
+                return
+            except Exception as e:
+                bad[f"{type(e).__name__}: {e}"] += 1
+                return
+    ths = [threading.Thread(target=loop, args=(f,)) for f in
+           (lambda: len(db), lambda: len(db), db.checkpoint, db.checkpoint, db.checkpoint_state,
+            lambda: db.put(b"x", b"y"))]
+    for t in ths: t.start()
+    import time; time.sleep(0.05)
+    db.close()
+    for t in ths: t.join()
+print(dict(bad))
+"""
+    r = _run(tmp_path, body)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "{}", r.stdout
+
+
+def test_checkpoint_state_after_close_is_closed_error(tmp_path):
+    db = pagestore.open(tmp_path / "s", memory_size=8 << 20)
+    assert db.checkpoint_state()[0] is False
+    db.close()
+    with pytest.raises(pagestore.ClosedError):
+        db.checkpoint_state()
+
+
+def test_verify_under_memory_pressure_waits_for_room_instead_of_leaking_retry(tmp_path):
+    import random
+    import threading
+    import time
+    db = pagestore.open(tmp_path / "s", memory_size=64 * 4096)
+    stop, errors, ok = [], [], [0]
+
+    def writer(seed):
+        r = random.Random(seed)
+        while not stop:
+            db.put(b"%d_%06d" % (seed, r.randrange(100000)), b"v" * 200)
+
+    ths = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    for t in ths:
+        t.start()
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 1.5:
+            try:
+                db.verify()
+                ok[0] += 1
+            except Exception as e:  # noqa: BLE001 - collected for the assertion
+                errors.append(f"{type(e).__module__}.{type(e).__name__}: {e}")
+    finally:
+        stop.append(1)
+        for t in ths:
+            t.join()
+        db.close()
+    assert errors == [] and ok[0] > 0, (ok, errors[:3])
