@@ -7,9 +7,15 @@ the tree lock (no reader sees half of them) and logs them with one txid and a
 COMMIT record (a crash keeps all or none of them), so one commit costs one
 WAL flush. Leaving the `with` block by an exception rolls back: nothing was
 applied, so nothing needs undoing.
+
+Threads may share a transaction: a write that returned is in the commit, and
+one that comes at or after the commit raises ClosedError (a lock orders them;
+without it a put racing commit() could return and be dropped).
 """
 
 from __future__ import annotations
+
+import threading
 
 from .errors import ClosedError
 
@@ -21,12 +27,15 @@ class Transaction:
         self._db = db
         self._writes: dict[bytes, object] = {}
         self._open = True
+        self._lock = threading.Lock()
 
     # -- the dict-like surface ---------------------------------------------
     def put(self, key, value) -> None:
         self._check_open()
         key, value = self._db._key(key), self._db._value(value)
-        self._writes[key] = value
+        with self._lock:
+            self._check_open()
+            self._writes[key] = value
 
     def get(self, key, default=None):
         self._check_open()
@@ -40,7 +49,9 @@ class Transaction:
         self._check_open()
         key = self._db._key(key)
         existed = self.get(key, _DELETED) is not _DELETED
-        self._writes[key] = _DELETED
+        with self._lock:
+            self._check_open()
+            self._writes[key] = _DELETED
         return existed
 
     def __setitem__(self, key, value):
@@ -89,15 +100,17 @@ class Transaction:
 
     # -- ending ---------------------------------------------------------------
     def commit(self) -> None:
-        self._check_open()
-        self._open = False
-        if self._writes:
+        with self._lock:
+            self._check_open()
+            self._open = False
             ops = [(2, k, b"") if v is _DELETED else (1, k, v) for k, v in self._writes.items()]
+        if ops:
             self._db._apply_ops(ops)
 
     def rollback(self) -> None:
-        self._open = False
-        self._writes.clear()
+        with self._lock:
+            self._open = False
+            self._writes.clear()
 
     def __enter__(self):
         return self
