@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 
 import checkpoint as _checkpoint
 import diskio
@@ -64,6 +65,28 @@ def open(path, *, fs=None, **options) -> "Database":  # noqa: A001 - the public 
     return Database(os.fspath(path), cfg, fs or diskio.PosixFS())
 
 
+# Open stores, for the fork hook: a forked child inherits the parent's store
+# (its WAL is a shared mapping of the same file), and a write from the child
+# would land in the parent's log under the parent's LSNs, so after a crash of
+# the parent its acknowledged writes were gone and the child's were there.
+_OPEN_STORES: "weakref.WeakSet[Database]" = weakref.WeakSet()
+
+
+def _disown_in_child() -> None:
+    """After fork, in the child: every inherited store is closed to it, with no
+    I/O and no lock (a parent thread may have held one at the fork)."""
+    for db in list(_OPEN_STORES):
+        db._closed = True
+        db._forked_from = db._owner_pid
+        core = db.__dict__.get("_core")
+        if core is not None:
+            core.shut()           # in a child: marks the C core closed, nothing else
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_child)
+
+
 class _Snapshot:
     __slots__ = ("page_ids", "wal_lsn", "lock_seconds")
 
@@ -97,7 +120,8 @@ class Database:
         try:
             self._lock = fs.lock(os.path.join(path, "LOCK"))
         except diskio.LockedError as e:
-            raise StoreLockedError(f"{path} is open in another process") from e
+            raise StoreLockedError(f"{path} is open in another process, or by a store of this process "
+                                   "that was not closed") from e
         try:
             self._open()
         except _wal_sealed.NoKeyError as e:     # wal does not import pagestore's errors
@@ -208,6 +232,8 @@ class Database:
             first_checkpoint_id=rec.checkpoint_id + 1, autostart=False)
         self._throttle = Throttle(self, throttling.make_policy(cfg.throttling))
         self._closed = False
+        self._owner_pid = os.getpid()
+        _OPEN_STORES.add(self)
         self._bind_hot_paths()
         self._ckpt.start()
         if rec.pages_restored or replayed or new_store:
@@ -336,12 +362,16 @@ class Database:
 
     def _check_open(self):
         if self._closed:
+            if getattr(self, "_forked_from", None) is not None:
+                raise ClosedError(f"store {self.path} belongs to process {self._forked_from}, which "
+                                  "opened it; a forked child must not use it (open the store in the "
+                                  "child once that process has closed it)")
             raise ClosedError(f"store {self.path} is closed")
 
     # -- single operations -----------------------------------------------------
     def put(self, key, value) -> None:
         if self._closed:
-            raise ClosedError(f"store {self.path} is closed")
+            self._check_open()
         if type(key) is not bytes:
             key = self._key(key)
         if type(value) is not bytes:
@@ -356,7 +386,7 @@ class Database:
 
     def get(self, key, default=None):
         if self._closed:
-            raise ClosedError(f"store {self.path} is closed")
+            self._check_open()
         if type(key) is not bytes:
             key = self._key(key)
         try:
@@ -483,7 +513,7 @@ class Database:
         step = 64 << 10
         while True:
             if self._closed:
-                raise ClosedError(f"store {self.path} is closed")
+                self._check_open()
             try:
                 items = scan_batch(lo, lo_incl, hi, hi_incl, reverse, step)
             except _native.Retry as r:
@@ -592,6 +622,7 @@ class Database:
         if self._closed:
             return
         self._closed = True
+        _OPEN_STORES.discard(self)
         try:
             # An operation that passed its "closed" check before the line above
             # finishes now, and one still to reach the core is refused: none
@@ -605,6 +636,7 @@ class Database:
     def _abandon(self) -> None:
         """Drop the store as a killed process would: stop threads, no I/O (tests)."""
         self._closed = True
+        _OPEN_STORES.discard(self)
         ckpt, wal = self.__dict__.pop("_ckpt", None), self.__dict__.pop("_wal", None)
         for stop in (lambda: ckpt and ckpt.close(final_checkpoint=False),
                      lambda: wal and wal.abandon()):

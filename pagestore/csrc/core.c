@@ -9,6 +9,8 @@
  * the CHECKPOINT record sit at one point of the operation order. */
 #include <time.h>
 
+#include <unistd.h>
+
 #include "ps_internal.h"
 
 /* Page-aligned memory, 2 MiB aligned when large (page memory may use huge
@@ -45,6 +47,7 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->physical = physical_wal != 0;
     c->handle = handle;
     c->page_fd = -1;
+    c->owner_pid = getpid();
     c->nslots = (uint32_t)nslots;
     c->ncow = (uint32_t)ncow;
     size_t maxcells = page_size / 8 + 2;
@@ -101,15 +104,25 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
  * struct with its lock outlives both until ps_destroy. ps_shut does the first
  * two and leaves the memory to the closing checkpoint (its calls are not user
  * operations); ps_close also frees it. */
+/* In a forked child the core belongs to the parent: its lock may have been
+ * held by a parent thread at the fork (taking it would hang), and its page
+ * memory is the parent's, copy-on-write. The child only marks it closed and
+ * leaves it to the process's exit. */
+static int forked_child(ps_core *c) {
+    if (getpid() == c->owner_pid) return 0;
+    c->closed = 1;
+    return 1;
+}
+
 void ps_shut(ps_core *c) {
-    if (!c || !c->lock_ready) return;
+    if (!c || !c->lock_ready || forked_child(c)) return;
     core_wrlock(c);
     c->closed = 1;
     pthread_rwlock_unlock(&c->lock);
 }
 
 void ps_close(ps_core *c) {
-    if (!c || c->freed) return;
+    if (!c || c->freed || forked_child(c)) return;
     if (c->lock_ready) core_wrlock(c);   /* ps_create may fail before the lock exists */
     c->closed = c->freed = 1;
     prefault_stop(c);
@@ -129,7 +142,7 @@ void ps_close(ps_core *c) {
 }
 
 void ps_destroy(ps_core *c) {
-    if (!c) return;
+    if (!c || forked_child(c)) return;
     ps_close(c);
     if (c->lock_ready) pthread_rwlock_destroy(&c->lock);
     free(c);

@@ -130,6 +130,7 @@ struct ps_core {
     int closed;             /* set by ps_close under the write lock: user operations refuse */
     int lock_ready;         /* `lock` initialised (ps_create got that far) */
     int freed;              /* ps_close freed the page memory */
+    pid_t owner_pid;        /* the creating process: a forked child only marks it closed */
     int wr_intent;          /* writers spinning for the lock: readers hold off */
     uint32_t page_size, reserve, usable;
     uint32_t max_key, max_cell, leaf_inline_max;
