@@ -58,6 +58,9 @@ _ZEROS = bytes(_ZERO_CHUNK)
 _NAME = re.compile(r"^seg-(\d{8})\.wal$")
 
 
+_BY_ACQUIRE = "acquire"     # Segments._preparer: the acquiring thread prepares it itself
+
+
 def slot_name(number: int) -> str:
     return f"seg-{number:08d}.wal"
 
@@ -161,8 +164,13 @@ class Segments:
         self._readers: list = []                   # mappings opened for recovery reads
         self._unclosed: list = []                  # mappings whose close hit a live export
         self._spare: _Live | None = None
-        self._spare_thread: threading.Thread | None = None
         self._spare_error: BaseException | None = None
+        # Who prepares the spare now: a background thread's ident, _BY_ACQUIRE,
+        # or None; claimed and released under the lock, so a spare is never
+        # prepared twice at once, whatever interrupts the main thread.
+        self._preparer = None
+        self._cond = threading.Condition(self._lock)
+        self._stopping = False
         self.created = 0
 
     # -- discovery -----------------------------------------------------------
@@ -283,33 +291,53 @@ class Segments:
         return spare.buffer
 
     def _take_spare(self) -> _Live:
-        thread = self._spare_thread
-        if thread is not None:
-            thread.join()
-        with self._lock:
-            spare, self._spare = self._spare, None
-            err, self._spare_error = self._spare_error, None
-        if err is not None:
-            raise err
-        return spare if spare is not None else self._prepare()
+        """The prepared spare, else one prepared here. A KeyboardInterrupt can
+        land between any two bytecodes of this (main) thread: it once came
+        between creating the spare thread and starting it, and every later
+        acquire failed joining a thread that never started. Now nothing here
+        joins a thread: it waits for the preparer the lock records."""
+        claimed = False
+        try:
+            with self._cond:
+                while self._preparer is not None:
+                    self._cond.wait()
+                spare, self._spare = self._spare, None
+                err, self._spare_error = self._spare_error, None
+                if spare is None and err is None:
+                    claimed = True
+                    self._preparer = _BY_ACQUIRE
+            if err is not None:
+                raise err
+            return spare if spare is not None else self._prepare()
+        finally:
+            if claimed:
+                with self._cond:
+                    self._preparer = None
+                    self._cond.notify_all()
 
     def prepare_spare(self) -> None:
-        """Get the next slot ready in a background thread (invariant 3)."""
+        """Get the next slot ready in a background thread (invariant 3). If an
+        interrupt keeps the thread from starting, the next acquire prepares it."""
         with self._lock:
-            if self._spare is not None or (self._spare_thread and self._spare_thread.is_alive()):
+            if self._spare is not None or self._preparer is not None or self._stopping:
                 return
-            self._spare_thread = threading.Thread(target=self._prepare_bg, name="wal-spare", daemon=True)
-            self._spare_thread.start()
+        threading.Thread(target=self._prepare_bg, name="wal-spare", daemon=True).start()
 
     def _prepare_bg(self) -> None:
+        with self._cond:
+            if (self._spare is not None or self._spare_error is not None or self._preparer is not None
+                    or self._stopping):
+                return                # prepared, being prepared, or closing
+            self._preparer = threading.get_ident()
+        spare = err = None
         try:
             spare = self._prepare()
         except BaseException as exc:  # handed to the next acquire(), which re-raises it
-            with self._lock:
-                self._spare_error = exc
-            return
-        with self._lock:
-            self._spare = spare
+            err = exc
+        with self._cond:
+            self._spare, self._spare_error = spare, err
+            self._preparer = None
+            self._cond.notify_all()
 
     def _prepare(self) -> _Live:
         """Preallocate a free or new slot and give it a buffer (invariants 1, 4)."""
@@ -502,9 +530,11 @@ class Segments:
 
     # -- teardown ------------------------------------------------------------
     def join(self) -> None:
-        thread = self._spare_thread
-        if thread is not None:
-            thread.join()
+        """Stop preparing spares; wait for one being prepared."""
+        with self._cond:
+            self._stopping = True
+            while self._preparer is not None:
+                self._cond.wait()
 
     def close(self) -> None:
         self.join()

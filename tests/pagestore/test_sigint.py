@@ -97,3 +97,48 @@ def test_sigint_during_batches_is_a_keyboard_interrupt_only(tmp_path):
     assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-1500:]}"
     done, _, wrong = r.stdout.strip().partition(" ")
     assert wrong == "[]" and int(done) > 5, r.stdout
+
+
+def test_an_interrupt_as_the_wal_starts_its_spare_thread_leaves_the_log_usable(tmp_path, monkeypatch):
+    # Where the flood above once landed (a CI run): between creating the thread
+    # that prepares the next WAL segment and starting it. Every later segment
+    # switch then failed ("cannot join thread before it is started"). A
+    # BaseException of our own stands in for KeyboardInterrupt, which pytest
+    # would take for the user stopping the run.
+    import threading
+
+    import pagestore
+
+    class Interrupt(BaseException):
+        pass
+
+    real = threading.Thread
+    hits = []
+
+    class InterruptedOnce(real):
+        def start(self):
+            if self.name == "wal-spare" and not hits:
+                hits.append(1)
+                raise Interrupt
+            super().start()
+
+    db = pagestore.open(tmp_path / "s", wal_segment_size=1 << 20, memory_size=16 << 20)
+    monkeypatch.setattr(threading, "Thread", InterruptedOnce)
+    acked, interrupted = [], 0
+    for i in range(30000):                        # ~5 MiB of WAL: several segment switches
+        k = b"k%06d" % i
+        try:
+            db.put(k, b"v" * 120)
+            acked.append(k)
+        except Interrupt:
+            interrupted += 1
+        except Exception as e:  # noqa: BLE001 - the first one fails the test below
+            raise AssertionError(f"put {i} after the interrupt: {type(e).__name__}: {e}") from e
+    db.close()
+    monkeypatch.setattr(threading, "Thread", real)
+    assert hits and interrupted == 1 and len(acked) == 29999
+    db = pagestore.open(tmp_path / "s", wal_segment_size=1 << 20, memory_size=16 << 20)
+    try:
+        assert all(db.get(k) == b"v" * 120 for k in acked)
+    finally:
+        db.close()
