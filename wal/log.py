@@ -262,84 +262,106 @@ class Wal:
         """
         mu = self._mu
         first = True
-        while True:
-            with mu:
-                if first:
-                    first = False
-                    if self._in_flight:
-                        self._in_flight -= 1
-                        if not self._in_flight and self._linger_gate is not None:
-                            self._linger_gate.release()
-                            self._linger_gate = None
-                if self._durable >= lsn:
-                    self._round_size += 1
-                    self._grouped += 1
-                    return
-                if self._syncing < self.max_syncs and lsn > self._sync_target:
-                    if lsn > self._end_lsn():
-                        raise ValueError(f"lsn {lsn} is past the end of the log {self._end_lsn()}")
-                    self._syncing += 1
-                    pause = None
-                    if (linger and self._in_flight and self._linger_gate is None
-                            and min(_MAX_LINGER, self._sync_mean) > 0):
-                        pause = self._linger_gate = _allocate_lock()
-                        pause.acquire()
-                    if pause is None:
-                        start = self._durable
-                        target = self._end_lsn()
-                        self._sync_target = max(self._sync_target, target)
-                    break
-                gate = _allocate_lock()
-                gate.acquire()
-                self._waiters.append((lsn, gate))
-            gate.acquire()      # released by a leader: covered now, or asked to lead
-        if pause is not None:
-            t0 = _monotonic()
-            pause.acquire(True, min(_MAX_LINGER, self._sync_mean))
-            self._lingered += _monotonic() - t0
-            with mu:
-                if self._linger_gate is pause:
-                    self._linger_gate = None
-                start = self._durable
-                target = self._end_lsn()
-                self._sync_target = max(self._sync_target, target)
-        ok = release = False
+        # A KeyboardInterrupt can land in the main thread between any two
+        # calls: once this thread has taken a sync slot (`leading`), the
+        # finally below gives it back whatever happens, or every later commit
+        # would wait for a round no one leads.
+        leading = ok = release = False
+        pause = None
         try:
+            while True:
+                with mu:
+                    if first:
+                        first = False
+                        if self._in_flight:
+                            self._in_flight -= 1
+                            if not self._in_flight and self._linger_gate is not None:
+                                self._linger_gate.release()
+                                self._linger_gate = None
+                    if self._durable >= lsn:
+                        self._round_size += 1
+                        self._grouped += 1
+                        return
+                    if self._syncing < self.max_syncs and lsn > self._sync_target:
+                        if lsn > self._end_lsn():
+                            raise ValueError(f"lsn {lsn} is past the end of the log {self._end_lsn()}")
+                        self._syncing += 1
+                        leading = True
+                        if (linger and self._in_flight and self._linger_gate is None
+                                and min(_MAX_LINGER, self._sync_mean) > 0):
+                            pause = self._linger_gate = _allocate_lock()
+                            pause.acquire()
+                        if pause is None:
+                            start = self._durable
+                            target = self._end_lsn()
+                            self._sync_target = max(self._sync_target, target)
+                        break
+                    gate = _allocate_lock()
+                    gate.acquire()
+                    self._waiters.append((lsn, gate))
+                try:
+                    gate.acquire()  # released by a leader: covered now, or asked to lead
+                except BaseException:
+                    self._leave_waiters(lsn, gate)
+                    raise
+            if pause is not None:
+                t0 = _monotonic()
+                pause.acquire(True, min(_MAX_LINGER, self._sync_mean))
+                self._lingered += _monotonic() - t0
+                with mu:
+                    if self._linger_gate is pause:
+                        self._linger_gate = None
+                    start = self._durable
+                    target = self._end_lsn()
+                    self._sync_target = max(self._sync_target, target)
             t0 = _monotonic()
             self._sync_range(start, target)
             self._sync_mean += (_monotonic() - t0 - self._sync_mean) * 0.125
             ok = True
         finally:
-            with mu:
-                self._syncing -= 1
-                if ok and target > self._durable:
-                    self._durable = target
-                    release = self._pwrite and target // self.segment_size > self._released
-                    self._rounds += 1
-                    self._group_max = max(self._group_max, self._round_size)
-                    self._round_size = 0
-                elif not ok:
-                    self._sync_target = self._durable
-                self._round_size += 1
-                self._grouped += 1
-                durable, left = self._durable, []
-                back = 1                  # this leader, and every waiter it releases
-                for entry in self._waiters:
-                    if entry[0] <= durable:
-                        entry[1].release()
-                        back += 1
-                    else:
-                        left.append(entry)
-                self._in_flight = back if ok else 0
-                if left and not ok:       # let every waiter retry (and meet the error itself)
-                    for _lsn, gate in left:
-                        gate.release()
-                    left = []
-                elif left and self._syncing < self.max_syncs:
-                    left.pop()[1].release()  # it loops back and leads the next round
-                self._waiters = left
-            if release:
-                self._release_written()
+            if leading:
+                with mu:
+                    if pause is not None and self._linger_gate is pause:
+                        self._linger_gate = None
+                    self._syncing -= 1
+                    if ok and target > self._durable:
+                        self._durable = target
+                        release = self._pwrite and target // self.segment_size > self._released
+                        self._rounds += 1
+                        self._group_max = max(self._group_max, self._round_size)
+                        self._round_size = 0
+                    elif not ok:
+                        self._sync_target = self._durable
+                    self._round_size += 1
+                    self._grouped += 1
+                    durable, left = self._durable, []
+                    back = 1                  # this leader, and every waiter it releases
+                    for entry in self._waiters:
+                        if entry[0] <= durable:
+                            entry[1].release()
+                            back += 1
+                        else:
+                            left.append(entry)
+                    self._in_flight = back if ok else 0
+                    if left and not ok:       # let every waiter retry (and meet the error itself)
+                        for _lsn, gate in left:
+                            gate.release()
+                        left = []
+                    elif left and self._syncing < self.max_syncs:
+                        left.pop()[1].release()  # it loops back and leads the next round
+                    self._waiters = left
+        if release:
+            self._release_written()
+
+    def _leave_waiters(self, lsn: int, gate) -> None:
+        """A waiter interrupted (KeyboardInterrupt) leaves the queue; if a leader
+        had already picked it to lead the next round, it hands that on."""
+        with self._mu:
+            try:
+                self._waiters.remove((lsn, gate))
+            except ValueError:                # released already: covered, or asked to lead
+                if lsn > self._durable and self._waiters and self._syncing < self.max_syncs:
+                    self._waiters.pop()[1].release()
 
     def _release_written(self) -> None:
         """pwrite path: drop the buffers of segments wholly below `durable`.
