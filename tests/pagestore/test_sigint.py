@@ -25,6 +25,24 @@ def flood():
     while not stop:
         time.sleep(random.uniform(0.001, 0.01))
         os.kill(os.getpid(), signal.SIGINT)
+
+wrong = []
+
+def interruptible(call):
+    # call() with interrupts armed: True if it returned, False if interrupted;
+    # any other exception goes to `wrong`
+    global armed
+    try:
+        armed = True
+        call()
+        armed = False
+        return True
+    except KeyboardInterrupt:
+        armed = False
+    except BaseException as e:
+        armed = False
+        wrong.append(f"{type(e).__module__}.{type(e).__name__}: {e}")
+    return False
 """
 
 _GETS = _FLOOD + """
@@ -34,21 +52,14 @@ with pagestore.open(path, encryption_key=key) as db:
     db.put_many([(b"%07d" % i, b"v" * 60) for i in range(60000)])
 db = pagestore.open(path, encryption_key=key, memory_size=64 * 4096)   # gets miss pages
 threading.Thread(target=flood, daemon=True).start()
-wrong, done = [], 0
+done, got = 0, []
 t0 = time.time()
 while time.time() - t0 < 5:
-    k = random.randrange(60000)
-    try:
-        armed = True
-        v = db.get(b"%07d" % k)
-        armed = False
-        assert v == b"v" * 60, v
+    k = b"%07d" % random.randrange(60000)
+    if interruptible(lambda: got.append(db.get(k))):
         done += 1
-    except KeyboardInterrupt:
-        armed = False
-    except BaseException as e:
-        armed = False
-        wrong.append(f"{type(e).__name__}: {e}")
+        if got.pop() != b"v" * 60:
+            wrong.append(f"wrong value for {k}")
 stop = True
 time.sleep(0.05)
 print(done, wrong[:3])
@@ -58,22 +69,13 @@ _BATCHES = _FLOOD + """
 path = __import__("sys").argv[1]
 db = pagestore.open(path, wal_segment_size=1 << 20)
 threading.Thread(target=flood, daemon=True).start()
-wrong, done = [], 0
+done = 0
 t0 = time.time()
 for n in range(10_000):
     if time.time() - t0 > 5:
         break
     items = [(b"a%05d_%05d" % (n, i), b"v" * 40) for i in range(5000)]
-    try:
-        armed = True
-        db.put_many(items)
-        armed = False
-        done += 1
-    except KeyboardInterrupt:
-        armed = False
-    except BaseException as e:
-        armed = False
-        wrong.append(f"{type(e).__module__}.{type(e).__name__}: {e}")
+    done += interruptible(lambda: db.put_many(items))
 stop = True
 time.sleep(0.05)
 print(done, wrong[:3])
@@ -82,7 +84,7 @@ print(done, wrong[:3])
 _FSYNC_COMMITS = _FLOOD + """
 path = __import__("sys").argv[1]
 db = pagestore.open(path, wal_mode="fsync")
-wrong, done, quit_ = [], [0] * 4, []
+done, quit_ = [0] * 4, []
 def writer(n):
     i = 0
     while not quit_:
@@ -99,16 +101,7 @@ t0 = time.time()
 i = 0
 while time.time() - t0 < 4:
     k = b"w0_%07d" % i
-    try:
-        armed = True
-        db.put(k, b"v" * 40)   # main thread: a leader or a waiter of group commit
-        armed = False
-        done[0] += 1
-    except KeyboardInterrupt:
-        armed = False
-    except BaseException as e:
-        armed = False
-        wrong.append(f"{type(e).__name__}: {e}")
+    done[0] += interruptible(lambda: db.put(k, b"v" * 40))   # a leader or a waiter of group commit
     i += 1
 stop = True
 time.sleep(0.05)
