@@ -681,8 +681,6 @@ def wal_scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_
     in plaintext form, as `record_opener` returns them. Without libcrypto
     (`wal_seal_available()` false) it takes nothing: (0, b"", offset).
     """
-    if len(buf) < segment_size:     # len: no buffer export held while this may raise
-        raise ValueError(f"segment buffer of {len(buf)} bytes, segment_size {segment_size}")
     if key is not None:
         if len(key) != 32 or salt is None or len(salt) != 8:
             raise ValueError("a sealed WAL scan needs a 32-byte key and an 8-byte salt")

@@ -159,9 +159,9 @@ class Database:
         except (_recovery.RecoveryFileCorrupt, _recovery.MarkerCorrupt) as e:
             raise CorruptionError(str(e), getattr(e, "path", None)) from e
         except _recovery.RecoveryError as e:
-            path, msg = e.path, str(e)
+            path, msg = None, str(e)
             report = getattr(self, "_physical_report", None)
-            if path is None and report is not None:
+            if report is not None:
                 # A 'wal' mode restore read the WAL's page records: name where
                 # that read stopped on damage, else the WAL itself.
                 hit = report.damage + report.gaps
@@ -562,9 +562,9 @@ class Database:
         """(a checkpoint is running, checkpoints completed): two reads without a
         lock, cheap enough to call every few operations (stats() takes the WAL's
         and the checkpointer's locks, which writers contend for)."""
-        ckpt = self.__dict__.get("_ckpt")
-        if ckpt is None:
-            raise ClosedError(f"store {self.path} is closed")
+        ckpt = self.__dict__.get("_ckpt")     # close() sets _closed, then drops _ckpt
+        if self._closed or ckpt is None:
+            self._check_open()
         return ckpt.running_and_done()
 
     def stats(self) -> dict:

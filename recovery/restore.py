@@ -47,10 +47,6 @@ _CHUNK_PAGES = 64
 class RecoveryError(Exception):
     """Recovery cannot proceed without guessing (missing input, inconsistent page records)."""
 
-    def __init__(self, message: str, path: str | None = None):
-        super().__init__(message)
-        self.path = path
-
 
 @dataclass
 class RecoveryResult:
