@@ -138,6 +138,8 @@ def _knobs(p: argparse.ArgumentParser, lists: bool = False) -> None:
     s.add_argument("--checkpoint-buffer-size", type=size, default=None)
     s.add_argument("--checkpoint-interval", type=positive, default=None)
     s.add_argument("--checkpoint-threads", type=count, default=None)
+    s.add_argument("--checkpoint-spread", type=float, default=None,
+                   help="fraction of the interval a timed checkpoint spreads its page writes over (0: full speed)")
     s.add_argument("--checkpoint-every", type=non_negative, default=None,
                    help="harness calls checkpoint() every N s (0: back to back)")
     s.add_argument("--encryption-key", default=None, help="64 hex digits, or a key file path")
@@ -157,7 +159,7 @@ _KNOB_KEYS = ("store", "threads", "warmup", "duration", "ops", "rate", "key_size
               "value_size_max", "value_compressibility", "key_range", "distribution", "zipf_theta",
               "hot_fraction", "hot_ops", "mix",
               "scan_len", "preload", "seed", "page_size", "memory_size", "checkpoint_buffer_size",
-              "checkpoint_interval", "checkpoint_threads", "checkpoint_every")
+              "checkpoint_interval", "checkpoint_spread", "checkpoint_threads", "checkpoint_every")
 
 
 def _config(a) -> dict:

@@ -39,7 +39,7 @@ COMMON = dict(
     scan_len=100, op_style="atomic", preload=False, seed=1, batch=2048,
     # pagestore options (None: the store's own default)
     page_size=None, memory_size=256 * MiB, checkpoint_buffer_size=None, wal_mode="log_only",
-    checkpoint_interval=3.0, checkpoint_threads=None, recovery_data="checkpoint",
+    checkpoint_interval=3.0, checkpoint_spread=None, checkpoint_threads=None, recovery_data="checkpoint",
     recovery_compression=None, encryption_key=None, throttling=None,
     checkpoint_every=None, data_dir=None,
 )

@@ -21,7 +21,7 @@ import operator
 import os
 
 PAGESTORE_OPTIONS = ("page_size", "memory_size", "checkpoint_buffer_size", "wal_mode",
-                     "checkpoint_interval", "checkpoint_threads", "recovery_data",
+                     "checkpoint_interval", "checkpoint_spread", "checkpoint_threads", "recovery_data",
                      "recovery_compression", "encryption_key", "throttling")
 STORES = ("pagestore", "sqlite", "lmdb", "lmdb_writemap", "rocksdict", "plyvel", "noop")
 

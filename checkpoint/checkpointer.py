@@ -70,6 +70,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import pool
 from .compression import PageCodec
+from .pacing import Pacer
 from .format import END, START, Marker, parse_name
 from .markers import cp_dir, read_marker, remove_quietly, scan, write_marker
 
@@ -104,7 +105,10 @@ class Checkpointer:
     so tests can drive the interval trigger. `cipher` (an object with
     `seal(data, context)`, pagestore.cipher.Cipher) seals every recovery
     record. `first_checkpoint_id` is a floor for the next id (the directory
-    scan already continues after the highest id found in cp/).
+    scan already continues after the highest id found in cp/). With `spread`
+    > 0 a timed checkpoint paces its in-place page writes to end by
+    `spread · interval` after it began (pacing.py); naps run on real time,
+    so a test with a frozen `clock` leaves `spread` at 0.
     """
 
     def __init__(self, fs, dirpath: str, source, sink, wal, *, threads: int = DEFAULT_THREADS,
@@ -112,11 +116,14 @@ class Checkpointer:
                  compression_level: int | None = None, recovery_data: str = "checkpoint",
                  clock=time.monotonic, chunk_pages: int = DEFAULT_CHUNK_PAGES,
                  copy_first_fraction: float = COPY_FIRST_FRACTION, cipher=None,
-                 first_checkpoint_id: int = 1, autostart: bool = True):
+                 first_checkpoint_id: int = 1, autostart: bool = True, spread: float = 0.0):
         if recovery_data not in ("checkpoint", "wal"):
             raise ValueError(f"recovery_data must be 'checkpoint' or 'wal', got {recovery_data!r}")
         if threads < 1 or chunk_pages < 1:
             raise ValueError("threads and chunk_pages must be >= 1")
+        if not 0.0 <= spread <= 1.0:
+            raise ValueError(f"spread must be in [0, 1], got {spread!r}")
+        self.spread = spread
         self.fs, self.source, self.sink, self.wal = fs, source, sink, wal
         self.cpdir = cp_dir(dirpath)
         self.page_size = source.page_size
@@ -148,6 +155,9 @@ class Checkpointer:
         self._reasons: list[str] = []
         self._error: BaseException | None = None
         self._stopping = False
+        # Set by any request (and by close) made while a checkpoint runs: a
+        # paced page phase then goes full speed (pacing.py).
+        self._hurry = threading.Event()
         self._last_end = clock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="pagestore-cp-writer")
         self._thread = threading.Thread(target=self._loop, name="pagestore-checkpointer", daemon=True)
@@ -165,6 +175,7 @@ class Checkpointer:
             self._raise_if_failed()
             self._requested += 1
             self._reasons.append(reason)
+            self._hurry.set()
             self._cond.notify_all()
             return self._requested
 
@@ -200,6 +211,7 @@ class Checkpointer:
         finally:
             with self._cond:
                 self._stopping = True
+                self._hurry.set()
                 self._cond.notify_all()
             if self._thread.is_alive():
                 self._thread.join()
@@ -237,6 +249,8 @@ class Checkpointer:
                 covering = self._begun = self._requested
                 reason = ",".join(dict.fromkeys(self._reasons))
                 self._reasons.clear()
+                if not self._stopping:
+                    self._hurry.clear()
             try:
                 self._run(reason)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter
@@ -319,11 +333,16 @@ class Checkpointer:
 
         # Step 5 (invariant 1: START is durable by now).
         self._progress.set_phase("pages")
+        pacer = self._pacer(reason, t0, len(page_ids))
         t = clock()
         w = pool.write_pages(self._pool, fs, self.source, self.sink, page_ids, workers=self.threads,
                              chunk_pages=self.chunk_pages, page_size=self.page_size,
-                             progress=self._progress, copy_first_fraction=self.copy_first_fraction)
+                             progress=self._progress, copy_first_fraction=self.copy_first_fraction,
+                             pacer=pacer)
         stats["page_write_seconds"] = clock() - t
+        stats["paced_until"] = pacer.deadline - t0 if pacer else None
+        stats["napped_seconds"] = pacer.napped if pacer else 0.0
+        stats["hurried"] = pacer.hurried if pacer else None
         stats["priority_chunks"] = w["priority_chunks"]
         fs.crash_point("checkpoint.before_page_fsync")
         self._progress.set_phase("page_fsync")
@@ -351,6 +370,22 @@ class Checkpointer:
                      total_seconds=clock() - t0, cow_peak=usage[2] if usage else None)
         self._account(stats)
         return stats
+
+    def _pacer(self, reason: str, t0: float, pages: int) -> Pacer | None:
+        """The page phase's schedule if this is a timed checkpoint with `spread`
+        (pacing.py): done by `t0 + spread · interval`. Anything else -- an
+        explicit, dirty-page, WAL-size or closing checkpoint -- runs full speed."""
+        if not (self.spread > 0 and self.interval and reason == "interval" and pages):
+            return None
+        deadline = t0 + self.spread * self.interval
+        if deadline <= self.clock():
+            return None
+        fill = None
+        if hasattr(self.source, "checkpoint_buffer"):
+            def fill() -> float:
+                used, capacity, _peak = self.source.checkpoint_buffer()
+                return used / capacity if capacity else 0.0
+        return Pacer(self.clock, deadline, pages, self._hurry, buffer_fill=fill)
 
     def _prune_markers(self, cid: int) -> None:
         """Keep the markers of the last MARKER_HISTORY completed checkpoints.

@@ -228,16 +228,19 @@ class _PageQueue:
 
 
 def write_pages(pool, fs, source, sink, page_ids, *, workers: int, chunk_pages: int,
-                page_size: int, progress: Progress, copy_first_fraction: float) -> dict:
+                page_size: int, progress: Progress, copy_first_fraction: float, pacer=None) -> dict:
     """Write every page of the checkpoint in place through the sink (not synced).
 
     REQUIRES: the START marker of this checkpoint is durable (invariant 1).
     Returns {"priority_chunks"}: chunks pulled out of order to relieve the
-    checkpoint buffer.
+    checkpoint buffer. With a `pacer` (pacing.Pacer) each worker naps after a
+    chunk while it is ahead of the spread schedule.
     """
     queue = _PageQueue(source, page_ids, chunk_pages, copy_first_fraction)
     count = max(1, min(workers, len(queue.chunks)))
     abort = threading.Event()
+    if pacer is not None:
+        pacer.abort = abort
 
     def worker(_w: int) -> None:
         buf = bytearray(chunk_pages * page_size)
@@ -253,6 +256,8 @@ def write_pages(pool, fs, source, sink, page_ids, *, workers: int, chunk_pages: 
             # modifies the page must still copy-on-write it.
             source.release(chunk)
             progress.add("pages_written", len(chunk))
+            if pacer is not None:
+                pacer.written(len(chunk))
 
     _run_all(pool, worker, count, abort)
     return {"priority_chunks": queue.priority_chunks}

@@ -33,6 +33,7 @@ class Config:
     wal_direct: bool = False               # O_DIRECT writes of whole 4 KiB blocks (pwrite path)
     checkpoint_interval: float = 30.0      # seconds between timed checkpoints (IEP-113 ran 30 s)
     checkpoint_threads: int = 4            # recovery-file / page writers (Ignite's default)
+    checkpoint_spread: float = 0.5         # a timed checkpoint's page writes end by spread * interval (0: full speed)
     checkpoint_dirty_fraction: float = 0.6  # dirty pages / page memory that starts a checkpoint
     checkpoint_wal_size: int = 512 * MiB   # WAL bytes since the last checkpoint that start one
     recovery_data: str = "checkpoint"      # checkpoint (IEP-113 recovery files) | wal (legacy)
@@ -123,6 +124,7 @@ def _validate(cfg: Config) -> None:
         _fail("wal_direct", "O_DIRECT cannot write an encrypted WAL (sealed blocks are not 4 KiB aligned)")
     _number(cfg, "checkpoint_interval", 0.01)
     _int(cfg, "checkpoint_threads", 1, 64)
+    _number(cfg, "checkpoint_spread", 0.0, 1.0)
     _number(cfg, "checkpoint_dirty_fraction", 0.05, 0.95)
     _int(cfg, "checkpoint_wal_size", 1 * MiB)
     _choice(cfg, "recovery_data", RECOVERY_DATA)

@@ -226,6 +226,7 @@ class Database:
         self._ckpt = _checkpoint.Checkpointer(
             fs, self.path, self, self._pages, self._wal,
             threads=cfg.checkpoint_threads, interval=cfg.checkpoint_interval,
+            spread=cfg.checkpoint_spread,
             compression=cfg.recovery_compression,
             compression_level=cfg.recovery_compression_level,
             recovery_data=cfg.recovery_data, cipher=self._cipher,

@@ -38,7 +38,8 @@ def test_bytes_like_keys_are_accepted(db):
 @pytest.mark.parametrize("option,value", [
     ("page_size", 3000), ("page_size", 65536), ("memory_size", 1024), ("wal_mode", "sometimes"),
     ("recovery_data", "disk"), ("recovery_compression", "gzip"), ("throttling", "hard"),
-    ("checkpoint_threads", 0), ("encryption_key", b"short"), ("no_such_option", 1),
+    ("checkpoint_threads", 0), ("checkpoint_spread", 1.5), ("checkpoint_spread", -0.1),
+    ("encryption_key", b"short"), ("no_such_option", 1),
     ("memory_size", 1 << 50), ("wal_segment_size", 1 << 44),
     ("recovery_compression_level", dict(recovery_compression="lz4", recovery_compression_level=22)),
     ("recovery_compression_level", dict(recovery_compression="snappy", recovery_compression_level=5)),
