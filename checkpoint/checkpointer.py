@@ -380,12 +380,14 @@ class Checkpointer:
         deadline = t0 + self.spread * self.interval
         if deadline <= self.clock():
             return None
-        fill = None
+        fill = capacity = None
         if hasattr(self.source, "checkpoint_buffer"):
+            capacity = self.source.checkpoint_buffer()[1]
+
             def fill() -> float:
-                used, capacity, _peak = self.source.checkpoint_buffer()
-                return used / capacity if capacity else 0.0
-        return Pacer(self.clock, deadline, pages, self._hurry, buffer_fill=fill)
+                used, cap, _peak = self.source.checkpoint_buffer()
+                return used / cap if cap else 0.0
+        return Pacer(self.clock, deadline, pages, self._hurry, buffer_pages=capacity, buffer_fill=fill)
 
     def _prune_markers(self, cid: int) -> None:
         """Keep the markers of the last MARKER_HISTORY completed checkpoints.

@@ -23,24 +23,31 @@ phase is when the checkpoint buffer fills and nothing can drain it
 (DESIGN.md §6), so it runs at full speed; the page phase drains the buffer,
 so slowing it costs writers no buffer space they would otherwise have.
 
+Pacing must never make the throttle park a writer. In step 5 the buffer holds
+only copies of checkpoint pages not written yet (a page's copy is freed when
+it is written), so its fill can never exceed the pages still to write. A
+writer thread therefore naps only while those pages would fill at most
+``SAFE_FILL`` of the buffer even if writers copied every one: below every
+policy's threshold (exponential backoff 2/3, fill rate the progress, which is
+at least 2/3 in step 5, the default 95 %). A bigger checkpoint writes at full
+speed until it is down to that many pages, and paces the rest.
+
 When to stop pacing (``hurried``): as soon as anything else wants the
 checkpoint done -- a request for another checkpoint (explicit, dirty pages,
-WAL size, close) sets the checkpointer's ``hurry`` event -- or when the
-checkpoint buffer reaches ``HURRY_FILL``, well below the fill at which the
-throttle starts to park writers. From then on the checkpoint runs at full
-speed to its end.
+WAL size, close) sets the checkpointer's ``hurry`` event -- or, as a guard,
+should the buffer's fill reach ``SAFE_FILL`` anyway. From then on the
+checkpoint runs at full speed to its end.
 """
 
 from __future__ import annotations
 
 import threading
 
-__all__ = ["Pacer", "HURRY_FILL", "MAX_NAP"]
+__all__ = ["Pacer", "SAFE_FILL", "MAX_NAP"]
 
-#: Checkpoint-buffer fill at which a paced checkpoint goes full speed: the
-#: throttle's budget is 95 % of the buffer (throttling/adaptive.py), so half
-#: leaves writers the room the buffer is for.
-HURRY_FILL = 0.5
+#: Largest share of the checkpoint buffer that the pages still to write may
+#: fill for a writer thread to nap (below Ignite's 2/3 throttling threshold).
+SAFE_FILL = 0.6
 #: Longest nap before the hurry conditions are looked at again (seconds).
 MAX_NAP = 0.05
 
@@ -50,15 +57,15 @@ class Pacer:
 
     `clock` is the checkpointer's clock; `deadline` is on that clock. `wait(t)`
     naps up to t seconds and returns True when woken by a hurry (default: the
-    `hurry` event's wait). `buffer_fill()` returns the checkpoint buffer's
-    used fraction, or is None.
+    `hurry` event's wait). `buffer_pages` is the checkpoint buffer's capacity
+    and `buffer_fill()` its used fraction; both None for a source without one.
     """
 
     def __init__(self, clock, deadline: float, total_pages: int, hurry: threading.Event, *,
-                 buffer_fill=None, wait=None) -> None:
+                 buffer_pages: int | None = None, buffer_fill=None, wait=None) -> None:
         self.clock, self.deadline, self.total = clock, deadline, max(1, total_pages)
         self.start = clock()
-        self.hurry, self.buffer_fill = hurry, buffer_fill
+        self.hurry, self.buffer_pages, self.buffer_fill = hurry, buffer_pages, buffer_fill
         self._wait = wait if wait is not None else hurry.wait
         self._lock = threading.Lock()
         self._done = 0
@@ -77,7 +84,7 @@ class Pacer:
             self.hurried = "abort"   # another writer failed: stop napping, let the error out
         elif self.hurry.is_set():
             self.hurried = "request"
-        elif self.buffer_fill is not None and self.buffer_fill() >= HURRY_FILL:
+        elif self.buffer_fill is not None and self.buffer_fill() >= SAFE_FILL:
             self.hurried = "buffer"
         return self.hurried
 
@@ -86,6 +93,8 @@ class Pacer:
         with self._lock:
             self._done += n
             done = self._done
+        if self.buffer_pages is not None and self.total - done > SAFE_FILL * self.buffer_pages:
+            return   # copies of the pages left could fill the buffer: full speed for now
         while self._hurry_reason() is None:
             left = self.due(done) - self.clock()
             if left <= 0:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from checkpoint import Checkpointer
-from checkpoint.pacing import HURRY_FILL, MAX_NAP, Pacer
+from checkpoint.pacing import MAX_NAP, SAFE_FILL, Pacer
 
 from .test_checkpointer import dirty, make_store
 
@@ -29,10 +29,11 @@ class FakeTime:
         return self.hurry.is_set()
 
 
-def pacer(total=100, span=10.0, fill=None, on_nap=None):
+def pacer(total=100, span=10.0, fill=None, on_nap=None, buffer_pages=None):
     hurry = threading.Event()
     ft = FakeTime(hurry, on_nap)
-    return Pacer(ft, ft.now + span, total, hurry, buffer_fill=fill, wait=ft.wait), ft, hurry
+    return Pacer(ft, ft.now + span, total, hurry, buffer_pages=buffer_pages, buffer_fill=fill,
+                 wait=ft.wait), ft, hurry
 
 
 def test_a_writer_ahead_of_the_schedule_naps_until_its_pages_are_due():
@@ -75,12 +76,21 @@ def test_a_request_during_a_nap_ends_it():
     assert len(ft.naps) == 1 and p.hurried == "request"
 
 
-def test_a_half_full_checkpoint_buffer_stops_the_pacing():
+def test_pages_whose_copies_could_fill_the_buffer_are_written_at_full_speed():
+    p, ft, _ = pacer(total=100, buffer_pages=100)    # 60 pages left may be paced
+    p.written(30)
+    assert ft.naps == []                              # 70 left: copies could pass 60 %
+    p.written(20)
+    assert ft.now == pytest.approx(105.0)             # 50 left: on schedule again
+    assert p.hurried is None
+
+
+def test_a_buffer_filled_past_the_safe_share_anyway_stops_the_pacing():
     fill = [0.0]
     p, ft, _ = pacer(fill=lambda: fill[0])
     p.written(10)
     assert ft.now == pytest.approx(101.0)
-    fill[0] = HURRY_FILL
+    fill[0] = SAFE_FILL
     p.written(50)
     assert ft.now == pytest.approx(101.0) and p.hurried == "buffer"
 
