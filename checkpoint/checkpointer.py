@@ -155,9 +155,10 @@ class Checkpointer:
         self._reasons: list[str] = []
         self._error: BaseException | None = None
         self._stopping = False
-        # Set by any request (and by close) made while a checkpoint runs: a
-        # paced page phase then goes full speed (pacing.py).
+        # Set by any request (and by close) made while a checkpoint runs, and by
+        # `hurry`: a paced page phase then goes full speed (pacing.py).
         self._hurry = threading.Event()
+        self._hurry_why = "request"
         self._last_end = clock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="pagestore-cp-writer")
         self._thread = threading.Thread(target=self._loop, name="pagestore-checkpointer", daemon=True)
@@ -175,9 +176,21 @@ class Checkpointer:
             self._raise_if_failed()
             self._requested += 1
             self._reasons.append(reason)
-            self._hurry.set()
+            self._hurry_now("request")
             self._cond.notify_all()
             return self._requested
+
+    def hurry(self, why: str) -> None:
+        """Finish the running checkpoint at full speed, without asking for another
+        (writers waiting for the clean pages only its page writes make)."""
+        with self._cond:
+            self._hurry_now(why)
+
+    def _hurry_now(self, why: str) -> None:
+        # under self._cond; the first reason is the one reported
+        if not self._hurry.is_set():
+            self._hurry_why = why
+            self._hurry.set()
 
     def checkpoint(self, wait: bool = True, reason: str = "explicit", timeout: float | None = None):
         """Request a checkpoint; with `wait`, block until one begun after the request ends.
@@ -211,7 +224,7 @@ class Checkpointer:
         finally:
             with self._cond:
                 self._stopping = True
-                self._hurry.set()
+                self._hurry_now("close")
                 self._cond.notify_all()
             if self._thread.is_alive():
                 self._thread.join()
@@ -251,6 +264,7 @@ class Checkpointer:
                 self._reasons.clear()
                 if not self._stopping:
                     self._hurry.clear()
+                    self._hurry_why = "request"
             try:
                 self._run(reason)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter
@@ -387,7 +401,8 @@ class Checkpointer:
             def fill() -> float:
                 used, cap, _peak = self.source.checkpoint_buffer()
                 return used / cap if cap else 0.0
-        return Pacer(self.clock, deadline, pages, self._hurry, buffer_pages=capacity, buffer_fill=fill)
+        return Pacer(self.clock, deadline, pages, self._hurry, buffer_pages=capacity, buffer_fill=fill,
+                     why=lambda: self._hurry_why)
 
     def _prune_markers(self, cid: int) -> None:
         """Keep the markers of the last MARKER_HISTORY completed checkpoints.

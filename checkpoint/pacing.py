@@ -34,7 +34,8 @@ speed until it is down to that many pages, and paces the rest.
 
 When to stop pacing (``hurried``): as soon as anything else wants the
 checkpoint done -- a request for another checkpoint (explicit, dirty pages,
-WAL size, close) sets the checkpointer's ``hurry`` event -- or, as a guard,
+WAL size), close, or a writer waiting for clean page-memory slots sets the
+checkpointer's ``hurry`` event -- or, as a guard,
 should the buffer's fill reach ``SAFE_FILL`` anyway. From then on the
 checkpoint runs at full speed to its end.
 """
@@ -62,15 +63,16 @@ class Pacer:
     """
 
     def __init__(self, clock, deadline: float, total_pages: int, hurry: threading.Event, *,
-                 buffer_pages: int | None = None, buffer_fill=None, wait=None) -> None:
+                 buffer_pages: int | None = None, buffer_fill=None, wait=None, why=None) -> None:
         self.clock, self.deadline, self.total = clock, deadline, max(1, total_pages)
         self.start = clock()
         self.hurry, self.buffer_pages, self.buffer_fill = hurry, buffer_pages, buffer_fill
         self._wait = wait if wait is not None else hurry.wait
+        self._why = why if why is not None else (lambda: "request")
         self._lock = threading.Lock()
         self._done = 0
         self.napped = 0.0                 # seconds of naps, summed over the threads
-        self.hurried: str | None = None   # why pacing stopped: "request", "buffer" or "abort"
+        self.hurried: str | None = None   # why pacing stopped: the hurry's why, "buffer" or "abort"
         self.abort: threading.Event | None = None   # the phase's failure flag (pool.write_pages)
 
     def due(self, done: int) -> float:
@@ -83,7 +85,7 @@ class Pacer:
         if self.abort is not None and self.abort.is_set():
             self.hurried = "abort"   # another writer failed: stop napping, let the error out
         elif self.hurry.is_set():
-            self.hurried = "request"
+            self.hurried = self._why()
         elif self.buffer_fill is not None and self.buffer_fill() >= SAFE_FILL:
             self.hurried = "buffer"
         return self.hurried

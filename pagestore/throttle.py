@@ -107,6 +107,7 @@ class Throttle:
                 self.stalls += 1
             # The buffer only holds copies of pages of the running checkpoint;
             # each page it writes in place frees one.
+            db._ckpt.hurry("buffer")
             used = db._signals.cow_used
             deadline = time.monotonic() + 0.05
             while db._signals.cow_used >= used and time.monotonic() < deadline:
@@ -121,7 +122,9 @@ class Throttle:
             # running). Without a running checkpoint, start one.
             ckpt = db._ckpt
             before = ckpt.progress()
-            if not before["running"] and not ckpt.pending():
+            if before["running"]:
+                ckpt.hurry("memory")   # its page writes make the clean slots: no pacing them
+            elif not ckpt.pending():
                 ckpt.request("page memory full")
             deadline = time.monotonic() + self.NOMEM_WAIT
             while time.monotonic() < deadline:

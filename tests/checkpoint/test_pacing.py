@@ -182,3 +182,16 @@ def test_close_does_not_wait_for_a_paced_schedule(shifted):
     t = time.monotonic()
     cp.close(final_checkpoint=False)
     assert time.monotonic() - t < 20
+
+
+def test_hurry_finishes_a_paced_checkpoint_without_asking_for_another(shifted):
+    src, rng, offset, start = shifted
+    cp = start(interval=60.0, spread=1.0)
+    dirty(src, rng, range(200), 1)
+    offset[0] += 61
+    wait_for(lambda: cp.phase_progress()["phase"] == "pages"
+             and cp.progress()["pages_written"] > 0)
+    cp.hurry("memory")
+    wait_for(lambda: cp.stats()["checkpoints"] == 1)
+    assert cp.stats()["last_checkpoint"]["hurried"] == "memory"
+    assert not cp.pending()

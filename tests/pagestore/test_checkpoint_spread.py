@@ -2,8 +2,10 @@
 the checkpoints a caller asks for do not (checkpoint/pacing.py)."""
 
 import time
+from types import SimpleNamespace
 
 import pagestore
+from pagestore import _native
 
 SMALL = dict(memory_size=16 << 20, wal_segment_size=4 << 20)
 
@@ -24,3 +26,52 @@ def test_a_timed_checkpoint_of_a_store_is_spread_and_loses_nothing(tmp_path):
         assert explicit["paced_until"] is None
     with pagestore.open(tmp_path / "s", **SMALL) as db:
         assert len(db) == 20_000 and db[b"%08d" % 19_999] == b"v" * 100
+
+
+
+class _Ckpt:
+    """The checkpointer as Throttle.make_room sees it, recording what it is asked."""
+
+    def __init__(self, running):
+        self.running, self.asked, self.failed = running, [], None
+
+    def progress(self):
+        return dict(running=self.running, checkpoint_pages=10, recovery_pages_written=10, pages_written=0)
+
+    def pending(self):
+        return False
+
+    def request(self, reason):
+        self.asked.append(("request", reason))
+
+    def hurry(self, why):
+        self.asked.append(("hurry", why))
+
+
+def _throttle(running):
+    from pagestore.throttle import Throttle
+    ckpt = _Ckpt(running)
+    db = SimpleNamespace(_ckpt=ckpt, _signals=SimpleNamespace(cow_used=0),
+                         _core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None))
+    t = Throttle(db, policy=SimpleNamespace(name="none"))
+    t.NOMEM_WAIT = 0.01
+    return t, ckpt
+
+
+def test_a_writer_short_of_clean_slots_hurries_the_running_checkpoint():
+    # Its page writes are what clean slots: a paced schedule must not hold the writer.
+    t, ckpt = _throttle(running=True)
+    t.make_room(SimpleNamespace(code=_native.PS_E_NOMEM))
+    assert ckpt.asked == [("hurry", "memory")]
+
+
+def test_a_writer_short_of_clean_slots_without_a_checkpoint_asks_for_one():
+    t, ckpt = _throttle(running=False)
+    t.make_room(SimpleNamespace(code=_native.PS_E_NOMEM))
+    assert ckpt.asked == [("request", "page memory full")]
+
+
+def test_a_writer_stalled_on_a_full_checkpoint_buffer_hurries_the_checkpoint():
+    t, ckpt = _throttle(running=True)
+    t.make_room(SimpleNamespace(code=_native.PS_E_CKPT_FULL))
+    assert ckpt.asked == [("hurry", "buffer")] and t.stalls == 1
