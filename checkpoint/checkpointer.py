@@ -183,6 +183,8 @@ class Checkpointer:
     def hurry(self, why: str) -> None:
         """Finish the running checkpoint at full speed, without asking for another
         (writers waiting for the clean pages only its page writes make)."""
+        if self._hurry.is_set():     # the common case once hurried: no lock
+            return
         with self._cond:
             self._hurry_now(why)
 

@@ -17,27 +17,33 @@ asking for it) writes its pages in place on a schedule, PostgreSQL's
 
     pages_start + (deadline - pages_start) · i / N,   deadline = begin + spread · interval
 
-and a writer thread that is ahead of it naps (at most ``MAX_NAP`` at a time)
-before its next chunk. Only the page-write phase is paced. The recovery-file
+and a writer thread that takes a chunk naps (at most ``MAX_NAP`` at a time,
+then it looks again) until the chunk's first page is due: the last chunk
+starts one chunk's share of the span before the deadline, and no thread runs
+ahead of the schedule by more than the chunk it holds. Only the page-write
+phase is paced. The recovery-file
 phase is when the checkpoint buffer fills and nothing can drain it
 (DESIGN.md §6), so it runs at full speed; the page phase drains the buffer,
 so slowing it costs writers no buffer space they would otherwise have.
 
-Pacing must never make the throttle park a writer. In step 5 the buffer holds
-only copies of checkpoint pages not written yet (a page's copy is freed when
-it is written), so its fill can never exceed the pages still to write. A
+Pacing must not hold the checkpoint buffer's fill up. In step 5 the buffer
+holds only copies of checkpoint pages not written yet (a page's copy is freed
+when it is written), so its fill can never exceed the pages still to write. A
 writer thread therefore naps only while those pages would fill at most
-``SAFE_FILL`` of the buffer even if writers copied every one: below every
-policy's threshold (exponential backoff 2/3, fill rate the progress, which is
-at least 2/3 in step 5, the default 95 %). A bigger checkpoint writes at full
-speed until it is down to that many pages, and paces the rest.
+``SAFE_FILL`` of the buffer even if writers copied every one: below the
+buffer thresholds of every policy (exponential backoff 2/3, fill rate the
+progress, which is at least 2/3 in step 5, the default 95 %). A bigger
+checkpoint writes at full speed until it is down to that many pages, and
+paces the rest. A policy can still park for other reasons (``speed_based``
+compares dirty pages with the checkpoint's write speed, which pacing lowers);
+every park during a checkpoint therefore hurries it (pagestore/throttle.py).
 
 When to stop pacing (``hurried``): as soon as anything else wants the
 checkpoint done -- a request for another checkpoint (explicit, dirty pages,
-WAL size), close, or a writer waiting for clean page-memory slots sets the
-checkpointer's ``hurry`` event -- or, as a guard,
-should the buffer's fill reach ``SAFE_FILL`` anyway. From then on the
-checkpoint runs at full speed to its end.
+WAL size), close, a writer waiting for clean page-memory slots or stalled on
+the buffer, or a writer the throttle parks sets the checkpointer's ``hurry``
+event -- or, as a guard, should the buffer's fill reach ``SAFE_FILL``
+anyway. From then on the checkpoint runs at full speed to its end.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ class Pacer:
 
     `clock` is the checkpointer's clock; `deadline` is on that clock. `wait(t)`
     naps up to t seconds and returns True when woken by a hurry (default: the
-    `hurry` event's wait). `buffer_pages` is the checkpoint buffer's capacity
-    and `buffer_fill()` its used fraction; both None for a source without one.
+    `hurry` event's wait); `why()` says who hurried. `buffer_pages` is the
+    checkpoint buffer's capacity and `buffer_fill()` its used fraction; both
+    None for a source without one.
     """
 
     def __init__(self, clock, deadline: float, total_pages: int, hurry: threading.Event, *,
@@ -70,7 +77,8 @@ class Pacer:
         self._wait = wait if wait is not None else hurry.wait
         self._why = why if why is not None else (lambda: "request")
         self._lock = threading.Lock()
-        self._done = 0
+        self._claimed = 0                 # pages some writer has taken
+        self._released = 0                # pages written in place and released
         self.napped = 0.0                 # seconds of naps, summed over the threads
         self.hurried: str | None = None   # why pacing stopped: the hurry's why, "buffer" or "abort"
         self.abort: threading.Event | None = None   # the phase's failure flag (pool.write_pages)
@@ -90,15 +98,17 @@ class Pacer:
             self.hurried = "buffer"
         return self.hurried
 
-    def written(self, n: int) -> None:
-        """`n` more pages are written in place: nap until the schedule reaches them."""
+    def _may_nap(self) -> bool:
+        # Copies exist only of pages not yet released; bound those, not the claimed.
+        return self.buffer_pages is None or self.total - self._released <= SAFE_FILL * self.buffer_pages
+
+    def claim(self, n: int) -> None:
+        """A writer took the next `n` pages: nap until the schedule reaches the first."""
         with self._lock:
-            self._done += n
-            done = self._done
-        if self.buffer_pages is not None and self.total - done > SAFE_FILL * self.buffer_pages:
-            return   # copies of the pages left could fill the buffer: full speed for now
-        while self._hurry_reason() is None:
-            left = self.due(done) - self.clock()
+            first = self._claimed
+            self._claimed += n
+        while self._hurry_reason() is None and self._may_nap():
+            left = self.due(first) - self.clock()
             if left <= 0:
                 return
             nap = min(left, MAX_NAP)
@@ -106,3 +116,8 @@ class Pacer:
             self._wait(nap)
             with self._lock:
                 self.napped += max(0.0, self.clock() - t)
+
+    def written(self, n: int) -> None:
+        """`n` claimed pages are written in place and released."""
+        with self._lock:
+            self._released += n

@@ -109,7 +109,17 @@ def chunked(page_ids, n: int) -> list:
 
 
 def _run_all(pool, fn, count: int, abort: threading.Event) -> list:
-    futures = [pool.submit(fn, w) for w in range(count)]
+    def guarded(w: int):
+        # The failing worker stops the others itself: the loop below reads
+        # the futures in order, and a worker napping on a spread schedule
+        # (pacing.py) would otherwise keep writing until it was done.
+        try:
+            return fn(w)
+        except BaseException:
+            abort.set()
+            raise
+
+    futures = [pool.submit(guarded, w) for w in range(count)]
     results, first = [], None
     for fut in futures:
         try:
@@ -233,8 +243,8 @@ def write_pages(pool, fs, source, sink, page_ids, *, workers: int, chunk_pages: 
 
     REQUIRES: the START marker of this checkpoint is durable (invariant 1).
     Returns {"priority_chunks"}: chunks pulled out of order to relieve the
-    checkpoint buffer. With a `pacer` (pacing.Pacer) each worker naps after a
-    chunk while it is ahead of the spread schedule.
+    checkpoint buffer. With a `pacer` (pacing.Pacer) a worker that took a chunk
+    naps until the spread schedule reaches the chunk's first page.
     """
     queue = _PageQueue(source, page_ids, chunk_pages, copy_first_fraction)
     count = max(1, min(workers, len(queue.chunks)))
@@ -248,6 +258,8 @@ def write_pages(pool, fs, source, sink, page_ids, *, workers: int, chunk_pages: 
             chunk = queue.next()
             if chunk is None:
                 return
+            if pacer is not None:
+                pacer.claim(len(chunk))
             view = memoryview(buf)[:len(chunk) * page_size]
             source.copy_pages(chunk, view)
             sink.write_pages(chunk, view)

@@ -52,7 +52,11 @@ class Throttle:
         self.park_seconds_max = 0.0
         self.stalls = 0
         self.nomem_waits = 0
-        db._core.set_throttle_thresholds(HINT_COW_FRACTION, HINT_DIRTY_FRACTION)
+        # The dirty-page trigger in `check` runs only while the hint is up, so
+        # the hint must be up from checkpoint_dirty_fraction on when that is
+        # lower (a fraction of 0.1 used to start checkpoints at 0.5).
+        db._core.set_throttle_thresholds(
+            HINT_COW_FRACTION, min(HINT_DIRTY_FRACTION, db.config.checkpoint_dirty_fraction))
 
     def signals(self) -> "throttling.Signals":
         s = self._db._signals
@@ -92,6 +96,9 @@ class Throttle:
             db._ckpt.request("dirty pages")
         park = self.policy.park_seconds(self.signals(), time.monotonic())
         if park > 0:
+            # A writer held back while a checkpoint runs: it must not also be
+            # held back by that checkpoint's spread schedule (checkpoint/pacing.py).
+            db._ckpt.hurry("park")
             time.sleep(park)
             with self._lock:
                 self.parks += 1
@@ -107,7 +114,7 @@ class Throttle:
                 self.stalls += 1
             # The buffer only holds copies of pages of the running checkpoint;
             # each page it writes in place frees one.
-            db._ckpt.hurry("buffer")
+            db._ckpt.hurry("stall")
             used = db._signals.cow_used
             deadline = time.monotonic() + 0.05
             while db._signals.cow_used >= used and time.monotonic() < deadline:

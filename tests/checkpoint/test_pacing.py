@@ -36,62 +36,90 @@ def pacer(total=100, span=10.0, fill=None, on_nap=None, buffer_pages=None):
                  wait=ft.wait), ft, hurry
 
 
-def test_a_writer_ahead_of_the_schedule_naps_until_its_pages_are_due():
+def test_a_writer_naps_until_the_first_page_of_its_chunk_is_due():
     p, ft, _ = pacer()
-    p.written(50)                        # half the pages: due half way to the deadline
+    p.claim(50)                          # pages 0-49: due at once
+    assert ft.naps == []
+    p.claim(50)                          # pages 50-99: due half way to the deadline
     assert ft.now == pytest.approx(105.0)
     assert max(ft.naps) <= MAX_NAP
     assert p.napped == pytest.approx(5.0)
-    p.written(50)
-    assert ft.now == pytest.approx(110.0)
     assert p.hurried is None
 
 
 def test_a_writer_behind_the_schedule_does_not_nap():
     p, ft, _ = pacer()
     ft.now += 8.0
-    p.written(50)
+    p.claim(50)
+    p.claim(50)
     assert ft.naps == []
 
 
 def test_pages_past_the_total_are_due_at_the_deadline_not_later():
     p, ft, _ = pacer(total=10)
-    p.written(25)
+    p.claim(25)
+    p.claim(5)
     assert ft.now == pytest.approx(110.0)
+
+
+def test_no_chunk_starts_before_its_share_of_the_span():
+    p, ft, _ = pacer(total=100)
+    starts = []
+    for _ in range(10):
+        p.claim(10)
+        starts.append(ft.now)
+    assert starts == pytest.approx([100.0 + i for i in range(10)])
 
 
 def test_a_request_stops_the_pacing_for_the_rest_of_the_checkpoint():
     p, ft, hurry = pacer()
     hurry.set()
-    p.written(50)
+    p.claim(50)
+    p.claim(50)
     assert ft.naps == [] and p.hurried == "request"
     hurry.clear()
-    p.written(50)
+    p.claim(50)
     assert ft.naps == []
+
+
+def test_the_hurry_says_who_hurried():
+    hurry = threading.Event()
+    ft = FakeTime(hurry)
+    p = Pacer(ft, ft.now + 10, 100, hurry, wait=ft.wait, why=lambda: "memory")
+    hurry.set()
+    p.claim(50)
+    assert p.hurried == "memory"
 
 
 def test_a_request_during_a_nap_ends_it():
     p, ft, hurry = pacer(on_nap=lambda t: hurry.set())
-    p.written(90)
+    p.claim(10)
+    p.claim(80)
     assert len(ft.naps) == 1 and p.hurried == "request"
 
 
 def test_pages_whose_copies_could_fill_the_buffer_are_written_at_full_speed():
-    p, ft, _ = pacer(total=100, buffer_pages=100)    # 60 pages left may be paced
+    p, ft, _ = pacer(total=100, buffer_pages=100)    # 60 unwritten pages may be paced
+    p.claim(30)
+    p.claim(20)
+    assert ft.naps == []                              # 100 unwritten: copies could pass 60 %
     p.written(30)
-    assert ft.naps == []                              # 70 left: copies could pass 60 %
+    p.claim(20)
+    assert ft.naps == []                              # 70 unwritten
     p.written(20)
-    assert ft.now == pytest.approx(105.0)             # 50 left: on schedule again
+    p.claim(10)                                       # 50 unwritten: pages 70- due at 107
+    assert ft.now == pytest.approx(107.0)
     assert p.hurried is None
 
 
 def test_a_buffer_filled_past_the_safe_share_anyway_stops_the_pacing():
     fill = [0.0]
     p, ft, _ = pacer(fill=lambda: fill[0])
-    p.written(10)
+    p.claim(10)
+    p.claim(10)
     assert ft.now == pytest.approx(101.0)
     fill[0] = SAFE_FILL
-    p.written(50)
+    p.claim(50)
     assert ft.now == pytest.approx(101.0) and p.hurried == "buffer"
 
 
@@ -99,7 +127,8 @@ def test_a_failed_writer_stops_the_others_napping():
     p, ft, _ = pacer()
     p.abort = threading.Event()
     p.abort.set()
-    p.written(50)
+    p.claim(10)
+    p.claim(50)
     assert ft.naps == [] and p.hurried == "abort"
 
 
@@ -119,8 +148,9 @@ def shifted():
     made = []
 
     def start(**kw):
-        cp = Checkpointer(fs, "/db", src, sink, wal, threads=2, chunk_pages=4,
-                          clock=lambda: time.monotonic() + offset[0], **kw)
+        kw.setdefault("threads", 2)
+        kw.setdefault("chunk_pages", 4)
+        cp = Checkpointer(fs, "/db", src, sink, wal, clock=lambda: time.monotonic() + offset[0], **kw)
         made.append(cp)
         return cp
     yield src, rng, offset, start
@@ -195,3 +225,39 @@ def test_hurry_finishes_a_paced_checkpoint_without_asking_for_another(shifted):
     wait_for(lambda: cp.stats()["checkpoints"] == 1)
     assert cp.stats()["last_checkpoint"]["hurried"] == "memory"
     assert not cp.pending()
+
+
+def test_pages_are_written_on_the_schedule_not_threads_chunks_ahead_of_it(shifted):
+    src, rng, offset, start = shifted
+    # 4 chunks of 64 pages, one per thread, due over ~2 s: none may start early
+    cp = start(interval=100.0, spread=0.02, threads=4, chunk_pages=64)
+    times = []
+    cp.sink.on_write = lambda ids: times.append(time.monotonic())
+    dirty(src, rng, range(200), 1)
+    offset[0] += 101
+    wait_for(lambda: cp.stats()["checkpoints"] >= 1)
+    assert times[-1] - times[0] > 1.0
+
+
+def test_a_failed_writer_is_reported_without_waiting_for_the_others_schedule(shifted):
+    src, rng, offset, start = shifted
+    cp = start(interval=100.0, spread=0.06)          # pages due ~6 s after begin
+    # Tag each pool thread with its worker number: the coordinator waits on
+    # worker 0 first, so the failure must come from another one.
+    submit = cp._pool.submit
+    cp._pool.submit = lambda fn, w: submit(
+        lambda w: (setattr(threading.current_thread(), "worker", w), fn(w))[1], w)
+    writes = []
+
+    def on_write(ids):
+        w = threading.current_thread().worker
+        writes.append(w)
+        if w == 1 and writes.count(1) == 2:
+            raise OSError(28, "injected ENOSPC")
+    cp.sink.on_write = on_write
+    dirty(src, rng, range(200), 1)
+    offset[0] += 101
+    wait_for(lambda: writes)
+    t = time.monotonic()
+    wait_for(lambda: cp.failed is not None)
+    assert time.monotonic() - t < 1.0, f"failure reported after {len(writes)} writes"

@@ -11,7 +11,10 @@ SMALL = dict(memory_size=16 << 20, wal_segment_size=4 << 20)
 
 
 def test_a_timed_checkpoint_of_a_store_is_spread_and_loses_nothing(tmp_path):
-    with pagestore.open(tmp_path / "s", checkpoint_interval=0.5, checkpoint_spread=1.0, **SMALL) as db:
+    # A buffer as big as page memory: every page of the checkpoint may be paced
+    # (with 1,024 slots the ~620 pages sit at the 60 % line and may not be).
+    with pagestore.open(tmp_path / "s", checkpoint_interval=0.5, checkpoint_spread=1.0,
+                        checkpoint_buffer_size=16 << 20, **SMALL) as db:
         db.put_many((b"%08d" % i, b"v" * 100) for i in range(20_000))
         end = time.monotonic() + 30
         while True:
@@ -20,7 +23,7 @@ def test_a_timed_checkpoint_of_a_store_is_spread_and_loses_nothing(tmp_path):
                 break
             assert time.monotonic() < end, "no timed checkpoint"
             time.sleep(0.05)
-        assert abs(last["paced_until"] - 0.5) < 1e-6
+        assert abs(last["paced_until"] - 0.5) < 1e-6 and last["hurried"] is None
         assert last["page_write_seconds"] >= 0.2, last
         explicit = db.checkpoint()
         assert explicit["paced_until"] is None
@@ -52,7 +55,8 @@ def _throttle(running):
     from pagestore.throttle import Throttle
     ckpt = _Ckpt(running)
     db = SimpleNamespace(_ckpt=ckpt, _signals=SimpleNamespace(cow_used=0),
-                         _core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None))
+                         _core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None),
+                         config=SimpleNamespace(checkpoint_dirty_fraction=0.6))
     t = Throttle(db, policy=SimpleNamespace(name="none"))
     t.NOMEM_WAIT = 0.01
     return t, ckpt
@@ -74,4 +78,15 @@ def test_a_writer_short_of_clean_slots_without_a_checkpoint_asks_for_one():
 def test_a_writer_stalled_on_a_full_checkpoint_buffer_hurries_the_checkpoint():
     t, ckpt = _throttle(running=True)
     t.make_room(SimpleNamespace(code=_native.PS_E_CKPT_FULL))
-    assert ckpt.asked == [("hurry", "buffer")] and t.stalls == 1
+    assert ckpt.asked == [("hurry", "stall")] and t.stalls == 1
+
+
+def test_a_writer_the_policy_parks_during_a_checkpoint_hurries_it():
+    # speed_based parks on dirty pages against the checkpoint's write speed,
+    # which pacing lowers: no park may come from the spread schedule.
+    t, ckpt = _throttle(running=True)
+    t.policy = SimpleNamespace(name="parks", park_seconds=lambda signals, now: 0.001)
+    t.signals = lambda: None
+    t._db._signals = SimpleNamespace(cow_used=0, cow_capacity=100, dirty_pages=0, slots_total=100)
+    t.check()
+    assert ckpt.asked == [("hurry", "park")] and t.parks == 1

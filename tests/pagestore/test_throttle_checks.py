@@ -116,3 +116,18 @@ def test_a_checkpoint_the_core_began_counts_as_running_before_the_checkpointer_s
     s = policy.signals
     assert s.checkpoint_running and s.checkpoint_pages == 420
     assert s.recovery_pages_written == 0 and s.pages_written == 0   # not the last checkpoint's
+
+
+def test_a_dirty_fraction_below_the_hint_starts_checkpoints_at_that_fraction(tmp_path):
+    # The trigger is checked only while the core's hint is up: the hint must
+    # follow a low checkpoint_dirty_fraction down.
+    import pagestore
+    with pagestore.open(tmp_path / "s", memory_size=16 << 20, checkpoint_dirty_fraction=0.1,
+                        checkpoint_interval=1000.0, wal_segment_size=4 << 20) as db:
+        for j in range(30_000):
+            db.put(b"%016x" % (j * 0x9E3779B97F4A7C15 % (1 << 64)), b"v" * 200)
+        db.checkpoint()
+        slots = db.stats()["slots_total"]
+        begun = [h["pages"] for h in db.stats()["checkpoint_history"] if h["reason"] == "dirty pages"]
+    assert begun, "no checkpoint was started by the dirty-page trigger"
+    assert begun[0] < 0.25 * slots, (begun, slots)      # it began at 0.5 before
