@@ -265,8 +265,7 @@ class Checkpointer:
                 reason = ",".join(dict.fromkeys(self._reasons))
                 self._reasons.clear()
                 if not self._stopping:
-                    self._hurry.clear()
-                    self._hurry_why = "request"
+                    self._hurry.clear()     # `_hurry_now` names the next hurry's reason
             try:
                 self._run(reason)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter

@@ -125,8 +125,7 @@ def _run_all(pool, fn, count: int, abort: threading.Event) -> list:
         try:
             results.append(fut.result())
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after every worker stopped
-            abort.set()
-            # A simulated crash (a BaseException) outranks the I/O errors
+            # (`guarded` has set `abort` already.) A simulated crash (a BaseException) outranks the I/O errors
             # the other workers see on the dead file system after it.
             if first is None or (isinstance(first, Exception) and not isinstance(exc, Exception)):
                 first = exc
