@@ -25,6 +25,9 @@ $(STAMP): requirements.txt requirements-bench.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip==25.3
 	$(BIN)/pip install -q -r requirements.txt -r requirements-bench.txt
+	# the checkout itself, editable: pagestore.wal, pagestore.checkpoint, ...
+	# map to the top-level folders (pyproject.toml's package-dir)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # The C core is rebuilt in place whenever a C source, the builder or the

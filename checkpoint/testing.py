@@ -273,7 +273,7 @@ class Harness:
 
     def __init__(self, n: int = 64, page_size: int = 4096, seed: int = 0, *, recovery_data: str = "checkpoint",
                  **cp_kw):
-        import diskio                       # tests only; keeps this module importable without it
+        from pagestore import diskio                       # tests only; keeps this module importable without it
         self.fs = diskio.SimFS()
         self.fs.makedirs("/db")
         self.n, self.page_size, self.rng = n, page_size, random.Random(seed)
@@ -298,7 +298,7 @@ class Harness:
     def checkpoint(self, crash_at: str | None = None, hit: int = 1, io: int | None = None):
         """Run one checkpoint; returns its stats, or None if the armed crash fired."""
         from .checkpointer import Checkpointer
-        import diskio
+        from pagestore import diskio
         if self.cp is None:
             self.cp = Checkpointer(self.fs, "/db", self.src, self.sink, self.wal, **self.cp_kw)
         self.images[self.cp._next_id] = {i: bytes(p) for i, p in self.src.pages.items()}

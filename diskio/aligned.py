@@ -36,12 +36,25 @@ def aligned_buffer(n: int) -> memoryview:
 
 def buffer_address(buf) -> int:
     """Address of the first byte of a contiguous buffer (read-only allowed)."""
-    import numpy as np  # imported lazily: only direct-I/O paths need it
-
     mv = memoryview(buf)
     if mv.nbytes == 0:
         return 0
-    return int(np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8).ctypes.data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return int(_ffi().cast("uintptr_t", _ffi().from_buffer(mv)))
+
+
+_FFI = None
+
+
+def _ffi():
+    # cffi's ABI mode reads any buffer's address, read-only ones included
+    # (ctypes cannot), without building or loading anything.
+    global _FFI
+    if _FFI is None:
+        import cffi
+        _FFI = cffi.FFI()
+    return _FFI
 
 
 def is_aligned(buf, align: int = ALIGNMENT) -> bool:

@@ -15,6 +15,7 @@ needs the errors does not load the engine.
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__
 from .config import Config as Config
 from .errors import ClosedError as ClosedError
 from .errors import ConfigError as ConfigError
@@ -27,7 +28,7 @@ from .errors import TransactionTooLargeError as TransactionTooLargeError
 from .errors import ValueTooLargeError as ValueTooLargeError
 
 __all__ = [
-    "open", "Database", "Transaction", "Config",
+    "__version__", "open", "Database", "Transaction", "Config",
     "Error", "ClosedError", "ConfigError", "CorruptionError", "EncryptionError",
     "KeyTooLargeError", "StoreLockedError", "TransactionTooLargeError", "ValueTooLargeError",
 ]

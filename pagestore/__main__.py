@@ -125,7 +125,7 @@ def _inspect_archive(d: str, explicit: bool) -> dict | None:
             raise ToolError(f"--archive {d}: no such directory")
         return None
     try:
-        from wal.compact import list_archive
+        from pagestore.wal.compact import list_archive
         listed = list_archive(ReadOnlyFS(), d)
     except ImportError:                 # an archive without compaction: plain copies only
         listed = [(int(m.group(1)), int(m.group(1)), "wal", posixpath.join(d, n))

@@ -131,7 +131,7 @@ def _validate(cfg: Config) -> None:
     _choice(cfg, "recovery_compression", COMPRESSIONS)
     if cfg.recovery_compression_level is not None:
         _int(cfg, "recovery_compression_level", -131072, 22)
-        from checkpoint.compression import PageCodec   # each codec's own range, or none
+        from pagestore.checkpoint.compression import PageCodec   # each codec's own range, or none
         try:
             PageCodec(cfg.recovery_compression, cfg.recovery_compression_level, page)
         except ValueError as e:

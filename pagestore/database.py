@@ -25,15 +25,15 @@ import threading
 import time
 import weakref
 
-import checkpoint as _checkpoint
-import diskio
-import recovery as _recovery
-import throttling
-import wal as _wal
-from wal import reader as _wal_reader
-from wal import recseal as _wal_recseal
-from wal import sealed as _wal_sealed
-from wal import segments as _wal_segments
+from pagestore import checkpoint as _checkpoint
+from pagestore import diskio
+from pagestore import recovery as _recovery
+from pagestore import throttling
+from pagestore import wal as _wal
+from pagestore.wal import reader as _wal_reader
+from pagestore.wal import recseal as _wal_recseal
+from pagestore.wal import sealed as _wal_sealed
+from pagestore.wal import segments as _wal_segments
 
 from . import _native
 from .errors import ClosedError, ConfigError, CorruptionError, EncryptionError, Error, StoreLockedError, \

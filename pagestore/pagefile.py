@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import threading
 
-from diskio import DiskIOError
-from diskio.posix import PosixFile
+from pagestore.diskio import DiskIOError
+from pagestore.diskio.posix import PosixFile
 
 from ._native import check_page, pwrite_pages
 from .errors import ConfigError, CorruptionError, EncryptionError

@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
-import throttling
-from throttling.signals import snapshot as _snapshot
+from pagestore import throttling
+from pagestore.throttling.signals import snapshot as _snapshot
 
 from . import _native
 

@@ -19,15 +19,15 @@ import re
 import struct
 import warnings
 
-from checkpoint.compression import CODEC_NAMES
-from checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
+from pagestore.checkpoint.compression import CODEC_NAMES
+from pagestore.checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
-from checkpoint.markers import cp_dir, read_marker, scan as scan_cp
-from wal.format import TYPE_NAMES
-from wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
-from wal.recseal import record_opener
-from wal.sealed import is_sealed, open_segment, physical_size
-from wal.segments import read_slot
+from pagestore.checkpoint.markers import cp_dir, read_marker, scan as scan_cp
+from pagestore.wal.format import TYPE_NAMES
+from pagestore.wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
+from pagestore.wal.recseal import record_opener
+from pagestore.wal.sealed import is_sealed, open_segment, physical_size
+from pagestore.wal.segments import read_slot
 
 from . import _native
 from .errors import EncryptionError

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import posixpath
 
-from checkpoint.format import RecoveryFileCorrupt
-from checkpoint.recovery_file import read_recovery_file
+from pagestore.checkpoint.format import RecoveryFileCorrupt
+from pagestore.checkpoint.recovery_file import read_recovery_file
 
 from .errors import CorruptionError, EncryptionError
 from . import _native

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import struct
 
-from checkpoint.pagerecords import (CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, PageRecordsInvalid,
+from pagestore.checkpoint.pagerecords import (CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, PageRecordsInvalid,
                                     apply_page_delta, checkpoint_id_of, decode_page_snapshot, is_reset)
 
 __all__ = ["PageRecordsInvalid", "rebuild_from_wal", "CHECKPOINT_ID_OFFSET"]

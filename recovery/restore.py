@@ -33,9 +33,9 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 
-from checkpoint.format import END, START, Marker, RecoveryFileCorrupt, MarkerCorrupt
-from checkpoint.markers import cp_dir, read_marker, scan, write_marker
-from checkpoint.recovery_file import check_recovery_file_header, read_recovery_batches
+from pagestore.checkpoint.format import END, START, Marker, RecoveryFileCorrupt, MarkerCorrupt
+from pagestore.checkpoint.markers import cp_dir, read_marker, scan, write_marker
+from pagestore.checkpoint.recovery_file import check_recovery_file_header, read_recovery_batches
 
 from .physical import rebuild_from_wal
 

@@ -1,5 +1,9 @@
 """The import rules of DESIGN.md §2, checked on the source (AST), so a
-forbidden import fails CI whether or not the code path runs."""
+forbidden import fails CI whether or not the code path runs.
+
+The layers live in their own folders (wal/, checkpoint/, ...) but are imported
+only as `pagestore.wal`, `pagestore.checkpoint`, ...: that is the name a wheel
+installs them under, so a bare `import wal` would break in an application."""
 
 import ast
 import pathlib
@@ -8,6 +12,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OURS = {"pagestore", "wal", "checkpoint", "recovery", "throttling", "diskio", "bench"}
+LAYERS = {"wal", "checkpoint", "recovery", "throttling", "diskio"}
 ALLOWED = {
     "diskio": set(),
     "throttling": set(),
@@ -26,11 +31,23 @@ def imports_of(path: pathlib.Path):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module
+            if node.module == "pagestore" and all(a.name in LAYERS for a in node.names):
+                for alias in node.names:      # from pagestore import wal
+                    yield node.lineno, f"pagestore.{alias.name}"
+            else:
+                yield node.lineno, node.module
 
 
 def sources(package):
     return sorted((ROOT / package).rglob("*.py"))
+
+
+def layer_of(name: str) -> str | None:
+    """The package of ours a dotted import name belongs to, or None."""
+    parts = name.split(".")
+    if parts[0] == "pagestore":
+        return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "pagestore"
+    return parts[0] if parts[0] == "bench" else None
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -38,9 +55,17 @@ def test_package_imports_only_lower_layers(package):
     bad = []
     for path in sources(package):
         for line, name in imports_of(path):
-            top = name.split(".")[0]
-            if top in OURS and top != package and top not in ALLOWED[package]:
+            top = layer_of(name)
+            if top is not None and top != package and top not in ALLOWED[package]:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_layer_is_imported_under_its_bare_folder_name():
+    # `import wal` works only in a checkout; installed, the layer is pagestore.wal
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {name}"
+           for package in sorted(OURS | {"tests"}) for p in sources(package)
+           for line, name in imports_of(p) if name.split(".")[0] in LAYERS]
     assert not bad, "\n".join(bad)
 
 
@@ -84,7 +109,8 @@ def test_only_the_binding_imports_the_c_extension():
 def test_the_rule_checker_catches_a_forbidden_import(tmp_path):
     # The checker itself must be able to fail.
     p = tmp_path / "m.py"
-    p.write_text("import pagestore\nfrom bench import x\n")
+    p.write_text("import pagestore\nfrom bench import x\nfrom pagestore.checkpoint import y\n")
     names = [n for _, n in imports_of(p)]
-    assert names == ["pagestore", "bench"]
-    assert "pagestore" not in ALLOWED["wal"]
+    assert names == ["pagestore", "bench", "pagestore.checkpoint"]
+    assert [layer_of(n) for n in names] == ["pagestore", "bench", "checkpoint"]
+    assert "pagestore" not in ALLOWED["wal"] and "checkpoint" not in ALLOWED["wal"]

@@ -28,7 +28,7 @@ import posixpath
 import re
 import threading
 
-from diskio import PosixFS
+from pagestore.diskio import PosixFS
 
 from .compact import DEFAULT_MEMORY_BUDGET, KEPT, CompactedFile, bound_archive, compact, dir_lock, \
     list_archive, read_file, segment_records

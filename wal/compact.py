@@ -60,7 +60,7 @@ import threading
 
 import cramjam
 
-from diskio import PosixFS
+from pagestore.diskio import PosixFS
 
 from .format import BLOCK, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
     ROLLBACK, crc32c, decode_segment_header, payload_well_formed, physical_end

@@ -32,7 +32,7 @@ import threading
 from _thread import allocate_lock as _allocate_lock
 from time import monotonic as _monotonic
 
-from diskio import PosixFS
+from pagestore.diskio import PosixFS
 
 from .archive import Archive
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header

@@ -41,7 +41,7 @@ import posixpath
 import re
 import threading
 
-from diskio import PosixFS, aligned_buffer
+from pagestore.diskio import PosixFS, aligned_buffer
 
 from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
 from .recseal import SEALED_RECORDS

@@ -27,5 +27,5 @@ def test_the_crash_child_assumes_the_checkpointers_chunk_size():
     # the crash point's hit count is computed from it: a mismatch would miss step 5
     import inspect
     from bench import ckptbench
-    from checkpoint.checkpointer import DEFAULT_CHUNK_PAGES
+    from pagestore.checkpoint.checkpointer import DEFAULT_CHUNK_PAGES
     assert inspect.signature(ckptbench.crash_recovery).parameters["chunk_pages"].default == DEFAULT_CHUNK_PAGES

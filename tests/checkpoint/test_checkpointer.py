@@ -5,12 +5,12 @@ import threading
 
 import pytest
 
-import diskio
-from checkpoint import Checkpointer, CheckpointerError
-from checkpoint.format import END, START, marker_name, parse_name
-from checkpoint.markers import read_marker, scan
-from checkpoint.recovery_file import read_recovery_file
-from checkpoint.testing import FakePageSource, FakeWal, FileSink, RecordingFS, make_page
+from pagestore import diskio
+from pagestore.checkpoint import Checkpointer, CheckpointerError
+from pagestore.checkpoint.format import END, START, marker_name, parse_name
+from pagestore.checkpoint.markers import read_marker, scan
+from pagestore.checkpoint.recovery_file import read_recovery_file
+from pagestore.checkpoint.testing import FakePageSource, FakeWal, FileSink, RecordingFS, make_page
 
 PS = 4096
 N = 120

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint.compression import (CODECS, DISABLED, SKIP_GARBAGE, PageCodec, compact_page,
+from pagestore.checkpoint.compression import (CODECS, DISABLED, SKIP_GARBAGE, PageCodec, compact_page,
                                     expand_page)
-from checkpoint.format import GAP_SKIPPED
-from checkpoint.testing import make_page, page_ok
+from pagestore.checkpoint.format import GAP_SKIPPED
+from pagestore.checkpoint.testing import make_page, page_ok
 
 PS = 4096
 
@@ -145,8 +145,8 @@ def test_encode_into_matches_encode(name):
 
 @pytest.mark.parametrize("name", ["disabled", "skip_garbage", "snappy", "zstd", "lz4"])
 def test_recovery_writer_round_trips_every_page_kind(tmp_path, name):
-    import diskio
-    from checkpoint.recovery_file import RecoveryFileWriter, read_recovery_file
+    from pagestore import diskio
+    from pagestore.checkpoint.recovery_file import RecoveryFileWriter, read_recovery_file
     fs, path = diskio.PosixFS(), str(tmp_path / "r.bin")
     pages = _encode_into_pages()
     w = RecoveryFileWriter(fs, path, 7, 0, 4096, PageCodec(name, None, 4096))

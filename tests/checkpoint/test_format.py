@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from checkpoint.format import (END, FILE_HEADER_SIZE, MARKER_SIZE, RECORD_HEADER, START, Marker,
+from pagestore.checkpoint.format import (END, FILE_HEADER_SIZE, MARKER_SIZE, RECORD_HEADER, START, Marker,
                                MarkerCorrupt, RecoveryFileCorrupt, marker_name, pack_file_header,
                                pack_marker, pack_record_header, parse_name, record_crc,
                                recovery_file_name, unpack_file_header, unpack_marker)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from checkpoint import Checkpointer
-from checkpoint.pacing import MAX_NAP, SAFE_FILL, Pacer
+from pagestore.checkpoint import Checkpointer
+from pagestore.checkpoint.pacing import MAX_NAP, SAFE_FILL, Pacer
 
 from .test_checkpointer import dirty, make_store
 

@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
-import diskio
-from checkpoint.compression import PageCodec
-from checkpoint.format import RECORD_HEADER_SIZE, RecoveryFileCorrupt
-from checkpoint.recovery_file import RecoveryFileWriter, read_recovery_batches, read_recovery_file
-from checkpoint.testing import make_page
+from pagestore import diskio
+from pagestore.checkpoint.compression import PageCodec
+from pagestore.checkpoint.format import RECORD_HEADER_SIZE, RecoveryFileCorrupt
+from pagestore.checkpoint.recovery_file import RecoveryFileWriter, read_recovery_batches, read_recovery_file
+from pagestore.checkpoint.testing import make_page
 from pagestore._native import compact_pages, frame_record_heads, frame_recovery_records, parse_recovery_records
 
 PS = 4096
@@ -86,7 +86,7 @@ def test_compacted_framing_of_a_codec_is_byte_identical_to_python_framing(tmp_pa
 
 
 def _record_codecs(data: bytes):
-    from checkpoint.format import FILE_HEADER_SIZE
+    from pagestore.checkpoint.format import FILE_HEADER_SIZE
     pos = FILE_HEADER_SIZE
     while pos < len(data):
         yield data[pos + 8]

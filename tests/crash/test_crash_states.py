@@ -24,9 +24,9 @@ import random
 
 import pytest
 
-import diskio
+from pagestore import diskio
 import pagestore
-from diskio import SimFS, SimulatedCrash
+from pagestore.diskio import SimFS, SimulatedCrash
 
 TORTURE = os.environ.get("PAGESTORE_TORTURE") == "1"
 OPTS = dict(memory_size=2 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600,

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from diskio import CRASH_ENV, CRASH_POINTS, PosixFS, SimFS, SimulatedCrash
+from pagestore.diskio import CRASH_ENV, CRASH_POINTS, PosixFS, SimFS, SimulatedCrash
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

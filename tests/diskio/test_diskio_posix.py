@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-import diskio
-from diskio import DiskIOError, LockedError, NotFoundError, PosixFS, aligned_buffer, is_aligned
+from pagestore import diskio
+from pagestore.diskio import DiskIOError, LockedError, NotFoundError, PosixFS, aligned_buffer, is_aligned
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diskio import DiskIOError, LockedError, NotFoundError, SimFS, SimulatedCrash
+from pagestore.diskio import DiskIOError, LockedError, NotFoundError, SimFS, SimulatedCrash
 
 OLD = bytes([0xAA]) * 8192
 NEW = bytes([0x55]) * 8192

@@ -15,9 +15,9 @@ import random
 import shutil
 
 import pagestore
-from wal import PUT, committed_records, iter_archive, rebuild, wal_end
-from wal.compact import compact, list_archive
-from diskio import PosixFS
+from pagestore.wal import PUT, committed_records, iter_archive, rebuild, wal_end
+from pagestore.wal.compact import compact, list_archive
+from pagestore.diskio import PosixFS
 
 OPTS = dict(wal_segment_size=1 << 20, checkpoint_interval=3600.0, memory_size=64 << 20)
 

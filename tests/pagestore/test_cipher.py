@@ -200,7 +200,7 @@ def test_header_of_a_smaller_page_size_opens_so_the_mismatch_can_be_reported(c1)
 
 
 def test_page_file_through_diskio_names_the_file(tmp_path, c1):
-    from diskio import PosixFS
+    from pagestore.diskio import PosixFS
     from pagestore.pagefile import PageFile
     from pagestore._native import seal_page
     pf = PageFile(PosixFS(), str(tmp_path), 4096, c1)

@@ -13,7 +13,7 @@ import textwrap
 
 _CORE_IN_A_CYCLE = """
 import gc
-from diskio import aligned_buffer
+from pagestore.diskio import aligned_buffer
 from pagestore import _native
 SEG = 1 << 20
 for i in range(40):

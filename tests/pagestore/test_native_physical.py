@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from checkpoint.pagerecords import RESET_PAGE_ID, SNAPSHOT_GAP_BIT
+from pagestore.checkpoint.pagerecords import RESET_PAGE_ID, SNAPSHOT_GAP_BIT
 from pagestore import _native, errors
-from recovery.physical import rebuild_from_wal
+from pagestore.recovery.physical import rebuild_from_wal
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_native_wal import BLOCK, SEG, SNAP, DELTA, Segments, decode  # noqa: E402

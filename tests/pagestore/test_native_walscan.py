@@ -16,11 +16,11 @@ import warnings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diskio import SimFS
+from pagestore.diskio import SimFS
 from pagestore import _native
-from wal import BLOCK, DELETE, PUT, committed_records
-from wal.format import FIRST_RECORD, StreamWriter, encode_record, payload_put
-from wal.reader import RUN, committed_raw
+from pagestore.wal import BLOCK, DELETE, PUT, committed_records
+from pagestore.wal.format import FIRST_RECORD, StreamWriter, encode_record, payload_put
+from pagestore.wal.reader import RUN, committed_raw
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "wal"))
 from wal_testkit import SMALL, Harness, open_fresh  # noqa: E402

@@ -23,9 +23,9 @@ import pytest
 import pagestore
 from pagestore import _native
 from pagestore.cipher import Cipher
-from wal.format import decode_segment_header
-from wal.reader import read_record, record_offset
-from wal.recseal import record_opener
+from pagestore.wal.format import decode_segment_header
+from pagestore.wal.reader import read_record, record_offset
+from pagestore.wal.recseal import record_opener
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import Segments, wal_core  # noqa: E402

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from diskio import DiskIOError, PosixFS
+from pagestore.diskio import DiskIOError, PosixFS
 from pagestore.pagefile import PageFile
 
 PS = 4096

@@ -6,7 +6,7 @@ ConfigError naming memory_size, and the store then opens with enough."""
 
 import random
 
-from diskio import SimFS, SimulatedCrash
+from pagestore.diskio import SimFS, SimulatedCrash
 import pagestore
 
 OPTS = dict(memory_size=64 << 20, checkpoint_interval=3600, checkpoint_wal_size=1 << 30,

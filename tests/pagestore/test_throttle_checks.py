@@ -88,7 +88,7 @@ def test_a_policy_without_an_interval_is_asked_on_every_write():
 
 
 def test_the_default_policy_declares_an_interval_below_its_smallest_park():
-    import throttling
+    from pagestore import throttling
     policy = throttling.make_policy(None)
     assert 0 < policy.check_interval < policy.min_quantum
 

@@ -13,12 +13,12 @@ import warnings
 import pytest
 from crc32c import crc32c
 
-from diskio import SimFS
+from pagestore.diskio import SimFS
 import pagestore
 from pagestore import _native
-from wal.format import BLOCK, decode_segment_header
-from wal.reader import WalRecoveryWarning
-from wal.recseal import CHECK_AT, SALT_AT, SEALED_RECORDS
+from pagestore.wal.format import BLOCK, decode_segment_header
+from pagestore.wal.reader import WalRecoveryWarning
+from pagestore.wal.recseal import CHECK_AT, SALT_AT, SEALED_RECORDS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import wal_records  # noqa: E402
@@ -132,11 +132,11 @@ def test_a_changed_ciphertext_byte_stops_replay_there_naming_file_and_offset(tmp
 def test_a_wrong_key_or_no_key_names_the_wal_file(tmp_path):
     path = tmp_path / "s"
     write_and_kill(path, 'db.put(b"k", b"v")')
-    from diskio import PosixFS
+    from pagestore.diskio import PosixFS
     from pagestore.cipher import Cipher
-    from wal.reader import RecoveryReport, scan
-    from wal.sealed import NoKeyError
-    from wal.segments import Segments
+    from pagestore.wal.reader import RecoveryReport, scan
+    from pagestore.wal.sealed import NoKeyError
+    from pagestore.wal.segments import Segments
     for cipher, error in ((Cipher.from_option(bytes(32)), pagestore.EncryptionError), (None, NoKeyError)):
         segs = Segments(PosixFS(), str(path / "wal"), 1 << 20, cipher=cipher)
         segs.scan()
@@ -164,13 +164,13 @@ def test_archive_compaction_and_inspect_read_record_sealed_segments(tmp_path):
         assert b"secret-" not in (arch / n).read_bytes()
     from pagestore.__main__ import inspect_store
     from pagestore.cipher import Cipher
-    from wal.archive import iter_archive
-    from wal.compact import compact
+    from pagestore.wal.archive import iter_archive
+    from pagestore.wal.compact import compact
     cipher = Cipher.from_option(KEY)
     wal = inspect_store(str(path), archive=str(arch), cipher=cipher)["wal"]
     assert sum(s["records"] for s in wal["segments"] if s["state"] == "segment") > 0
     assert wal["replay"]["clean"], wal["replay"]
-    from diskio import PosixFS
+    from pagestore.diskio import PosixFS
     before = [r.raw for r in iter_archive(PosixFS(), str(arch), 0, cipher=cipher)]
     st = compact(str(arch), cipher=cipher)
     assert st["records_in"] > 0 and any(n.endswith(".walc") for n in os.listdir(arch))

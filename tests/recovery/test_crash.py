@@ -12,9 +12,9 @@ second checkpoint runs and is crashed too: recovery must work again.
 
 import pytest
 
-from checkpoint.testing import Harness, page_ok
-from diskio import CRASH_POINTS
-from recovery import recover
+from pagestore.checkpoint.testing import Harness, page_ok
+from pagestore.diskio import CRASH_POINTS
+from pagestore.recovery import recover
 
 PS = 4096
 N = 48

@@ -8,10 +8,10 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from checkpoint.format import RECORD_HEADER, RecoveryFileCorrupt, record_crc
-from checkpoint.markers import scan
-from checkpoint.testing import Harness
-from recovery import recover
+from pagestore.checkpoint.format import RECORD_HEADER, RecoveryFileCorrupt, record_crc
+from pagestore.checkpoint.markers import scan
+from pagestore.checkpoint.testing import Harness
+from pagestore.recovery import recover
 
 PS = 4096
 N = 32

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-import diskio
-from checkpoint import Checkpointer
-from checkpoint.compression import PageCodec
-from checkpoint.format import START, MarkerCorrupt, RecoveryFileCorrupt, marker_name
-from checkpoint.markers import scan
-from checkpoint.testing import FakePageSource, FakeWal, FileSink, make_page, page_ok, seal
-from recovery import PageRecordsInvalid, RecoveryError, recover
-from checkpoint.pagerecords import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, pack_page_delta, pack_page_snapshot
+from pagestore import diskio
+from pagestore.checkpoint import Checkpointer
+from pagestore.checkpoint.compression import PageCodec
+from pagestore.checkpoint.format import START, MarkerCorrupt, RecoveryFileCorrupt, marker_name
+from pagestore.checkpoint.markers import scan
+from pagestore.checkpoint.testing import FakePageSource, FakeWal, FileSink, make_page, page_ok, seal
+from pagestore.recovery import PageRecordsInvalid, RecoveryError, recover
+from pagestore.checkpoint.pagerecords import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, pack_page_delta, pack_page_snapshot
 
 PS = 4096
 N = 64

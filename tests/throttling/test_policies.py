@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from throttling import (POLICIES, AdaptivePolicy, FakeClock, Signals, fill_rate_park,
+from pagestore.throttling import (POLICIES, AdaptivePolicy, FakeClock, Signals, fill_rate_park,
                         make_policy)
-from throttling.policies import ExponentialBackoffPolicy, SpeedBasedPolicy
+from pagestore.throttling.policies import ExponentialBackoffPolicy, SpeedBasedPolicy
 
 
 def cp(**kw):

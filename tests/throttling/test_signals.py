@@ -3,8 +3,8 @@ import time
 
 import pytest
 
-from throttling import FakeClock, MonotonicClock, Signals
-from throttling.signals import Clock
+from pagestore.throttling import FakeClock, MonotonicClock, Signals
+from pagestore.throttling.signals import Clock
 
 
 def test_signals_are_frozen():
@@ -70,7 +70,7 @@ def test_monotonic_clock_is_monotonic_and_sleeps():
 
 
 def test_snapshot_builds_the_same_frozen_signals_as_keywords():
-    from throttling.signals import snapshot
+    from pagestore.throttling.signals import snapshot
     kw = dict(cow_used=3, cow_capacity=8, dirty_pages=5, total_pages=9, checkpoint_running=True,
               checkpoint_pages=7, recovery_pages_written=2, pages_written=1, pages_dirtied=11,
               in_checkpoint_page=False, writer=4, phase="pages", phase_elapsed=0.5,

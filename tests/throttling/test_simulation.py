@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from throttling import POLICIES
-from throttling.simulation import SCENARIOS, Scenario, compare, format_table, main, simulate
+from pagestore.throttling import POLICIES
+from pagestore.throttling.simulation import SCENARIOS, Scenario, compare, format_table, main, simulate
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from diskio import SimFS
-from wal import Archive, CompactedFile, iter_archive
-from wal.compact import compact, list_archive, read_file
-from wal.format import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT
+from pagestore.diskio import SimFS
+from pagestore.wal import Archive, CompactedFile, iter_archive
+from pagestore.wal.compact import compact, list_archive, read_file
+from pagestore.wal.format import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_archive_kit import SEG, as_tuples, kinds, make_archive, write_file  # noqa: E402
@@ -158,7 +158,7 @@ def test_archive_bound_counts_compacted_files_oldest_first():
 
 
 def test_a_round_whose_source_the_bound_removed_is_abandoned(monkeypatch):
-    import wal.compact as wc
+    import pagestore.wal.compact as wc
 
     fs = SimFS()
     log = make_archive(fs, A, 6)

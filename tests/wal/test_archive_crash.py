@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from diskio import SimFS, SimulatedCrash
-from wal import iter_archive
-from wal.compact import compact, list_archive
+from pagestore.diskio import SimFS, SimulatedCrash
+from pagestore.wal import iter_archive
+from pagestore.wal.compact import compact, list_archive
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_archive_kit import SEG, as_tuples, kinds, make_archive  # noqa: E402

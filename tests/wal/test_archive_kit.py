@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 import struct
 
-from wal.compact import KEPT, list_archive
-from wal.format import BLOCK, CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, StreamWriter, encode_record, \
+from pagestore.wal.compact import KEPT, list_archive
+from pagestore.wal.format import BLOCK, CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, StreamWriter, encode_record, \
     payload_checkpoint, payload_commit, payload_delete, payload_put, payload_rollback
-from wal.format import COMMIT, DELETE, PUT, ROLLBACK
+from pagestore.wal.format import COMMIT, DELETE, PUT, ROLLBACK
 
 SEG = 64 * 1024
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-from diskio import SimFS
-from wal import iter_archive, wal_end
-from wal.compact import compact, list_archive, read_file
+from pagestore.diskio import SimFS
+from pagestore.wal import iter_archive, wal_end
+from pagestore.wal.compact import compact, list_archive, read_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_archive_kit import SEG, as_tuples, make_archive, write_file  # noqa: E402
@@ -46,7 +46,7 @@ def test_a_damaged_chunk_stops_the_walk_at_the_records_before_it():
     st = compact(A, 1 << 20, fs=fs, chunk_size=16 << 10)
     path = st["files"][0]
     data = bytearray(read_file(fs, path))
-    from wal.compact import CompactedFile
+    from pagestore.wal.compact import CompactedFile
     cf = CompactedFile(bytes(data))
     off, clen, _raw, first_lsn, _n, _crc = cf.table[2]
     data[off + clen // 2] ^= 0x40

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from diskio import SimFS
-from wal import format as F
+from pagestore.diskio import SimFS
+from pagestore.wal import format as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import Harness  # noqa: E402

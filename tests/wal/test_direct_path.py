@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from diskio import PosixFS, SimFS, SimulatedCrash
-from wal import Wal
+from pagestore.diskio import PosixFS, SimFS, SimulatedCrash
+from pagestore.wal import Wal
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_modes import run_threads  # noqa: E402

@@ -7,9 +7,9 @@ import sys
 import pytest
 from crc32c import crc32c
 
-from diskio import SimFS
-from wal import format as F
-from wal.reader import read_record
+from pagestore.diskio import SimFS
+from pagestore.wal import format as F
+from pagestore.wal.reader import read_record
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, kv, open_fresh, reopen
 

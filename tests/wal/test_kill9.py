@@ -8,7 +8,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from diskio import PosixFS  # noqa: E402
+from pagestore.diskio import PosixFS  # noqa: E402
 from wal_testkit import Harness, kv  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHILD = r"""
 import os, sys, threading
 sys.path[:0] = [{root!r}, {here!r}]
-from diskio import PosixFS
+from pagestore.diskio import PosixFS
 from wal_testkit import Harness
 h = Harness(PosixFS(), {walpath!r}, mode={mode!r}, segment_size=1 << 20)
 h.recover(0)

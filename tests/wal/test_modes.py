@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from diskio import PosixFS, SimFS, SimulatedCrash
-from diskio.simfile import SimFile
+from pagestore.diskio import PosixFS, SimFS, SimulatedCrash
+from pagestore.diskio.simfile import SimFile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402
@@ -67,7 +67,7 @@ _REAL_SIM_FSYNC = SimFile.fsync
 def _staggered_commits(monkeypatch, linger_cap):
     """16 writers that each hold the GIL ~60 us between commits (a caller's own work),
     so released threads come back one by one, as they do in a real application."""
-    import wal.log as wal_log
+    import pagestore.wal.log as wal_log
     monkeypatch.setattr(wal_log, "_MAX_LINGER", linger_cap)
     real = _REAL_SIM_FSYNC
 
@@ -109,7 +109,7 @@ def test_group_commit_leader_lingers_until_released_writers_return(monkeypatch):
 
 
 def test_one_writer_never_lingers(monkeypatch):
-    import wal.log as wal_log
+    import pagestore.wal.log as wal_log
     monkeypatch.setattr(wal_log, "_MAX_LINGER", 1.0)   # a linger would show as seconds
     h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20)
     t0 = time.perf_counter()

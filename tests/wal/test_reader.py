@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diskio import SimFS
-from wal import BLOCK, WalRecoveryWarning
-from wal.format import decode_segment_header, physical_end
+from pagestore.diskio import SimFS
+from pagestore.wal import BLOCK, WalRecoveryWarning
+from pagestore.wal.format import decode_segment_header, physical_end
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402

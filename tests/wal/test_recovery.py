@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from diskio import SimFS
-from wal import CHECKPOINT, WalRecoveryWarning, committed_records
-from wal.format import decode_segment_header
+from pagestore.diskio import SimFS
+from pagestore.wal import CHECKPOINT, WalRecoveryWarning, committed_records
+from pagestore.wal.format import decode_segment_header
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, Harness, kv, open_fresh, reopen  # noqa: E402

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from diskio import SimFS
+from pagestore.diskio import SimFS
 from pagestore.cipher import Cipher, add_key
 from pagestore.errors import EncryptionError
-from wal import WalRecoveryWarning, iter_archive
-from wal.compact import compact, list_archive, read_file
-from wal.format import BLOCK, decode_segment_header
-from wal.sealed import SEALED, SEALED_BLOCK, NoKeyError, physical_offset, physical_size, tail_offset
+from pagestore.wal import WalRecoveryWarning, iter_archive
+from pagestore.wal.compact import compact, list_archive, read_file
+from pagestore.wal.format import BLOCK, decode_segment_header
+from pagestore.wal.sealed import SEALED, SEALED_BLOCK, NoKeyError, physical_offset, physical_size, tail_offset
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402

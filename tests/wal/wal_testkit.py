@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 
-from wal import StreamWriter, Wal
+from pagestore.wal import StreamWriter, Wal
 
 SMALL = 64 * 1024  # 16 blocks: small segments make switches and reuse cheap to reach
 
