@@ -15,7 +15,11 @@ mapped range that was never published is lost even by a process kill.
 
 Fault injection: `arm(name, hit)` raises SimulatedCrash at a crash point;
 `arm_io(n)` raises it instead of performing the n-th mutating operation from
-now. Mutating operations (counted in `io_count`): pwrite, fsync, fdatasync,
+now. `arm_fault(n, err, persistent=...)` is SQLite's I/O-error loop and
+RocksDB's FaultInjectionTestFS: the n-th mutating operation from now fails
+with DiskIOError(err) (ENOSPC, EIO, EROFS, ...) and changes nothing; with
+`persistent=True` every later one fails too, until `clear_fault()` (space
+came back). The process goes on: this is an error to handle, not a crash. Mutating operations (counted in `io_count`): pwrite, fsync, fdatasync,
 truncate, preallocate, open that creates or truncates, remove, rename,
 fsync_dir, makedirs that creates, publish, Mapping.sync. After SimulatedCrash
 every operation raises it again until `crash()`.
@@ -75,6 +79,8 @@ class SimFS(FileSystem):
         self._epoch = 0
         self._crashed = False
         self._io_crash_at: int | None = None
+        self._fault: tuple[int, int, bool] | None = None  # (at io_count, errno, persistent)
+        self.faults_injected = 0
         self.io_count = 0
         self.last_crash: CrashReport | None = None
 
@@ -91,11 +97,28 @@ class SimFS(FileSystem):
         with self._lock:
             self._io_crash_at = self.io_count + n
 
+    def arm_fault(self, n: int, err: int = errno.EIO, *, persistent: bool = False) -> None:
+        """Fail the n-th mutating operation from now with DiskIOError(`err`).
+
+        The failing operation changes nothing. With `persistent`, every later
+        mutating operation fails the same way until `clear_fault()`.
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        with self._lock:
+            self._fault = (self.io_count + n, err, persistent)
+
+    def clear_fault(self) -> None:
+        """Stop failing operations (the disk has room again, or is writable)."""
+        with self._lock:
+            self._fault = None
+
     def disarm(self, name: str | None = None) -> None:
         super().disarm(name)
         if name is None:
             with self._lock:
                 self._io_crash_at = None
+                self._fault = None
 
     @property
     def crashed(self) -> bool:
@@ -116,16 +139,24 @@ class SimFS(FileSystem):
         if self._crashed:
             raise SimulatedCrash("SimFS has crashed; call crash() first")
 
-    def _count_io(self) -> None:
+    def _count_io(self, path: str | None = None) -> None:
         if self._io_crash_at is not None and self.io_count + 1 >= self._io_crash_at:
             self._io_crash_at = None
             self._crashed = True
             raise SimulatedCrash(f"armed I/O operation {self.io_count + 1}")
+        fault = self._fault
+        if fault is not None and self.io_count + 1 >= fault[0]:
+            at, err, persistent = fault
+            if not persistent:
+                self._fault = None
+            self.faults_injected += 1
+            self.io_count += 1   # a failed operation is still an operation
+            raise make_error(err, f"injected fault at I/O operation {self.io_count}", path)
         self.io_count += 1
 
-    def _mutate(self) -> None:
+    def _mutate(self, path: str | None = None) -> None:
         self._check()
-        self._count_io()
+        self._count_io(path)
 
     # -- namespace helpers --------------------------------------------------
     def _is_dir(self, path: str) -> bool:
@@ -155,14 +186,14 @@ class SimFS(FileSystem):
                 if not create or self._is_dir(path):
                     self._file(path)  # raises the right error
                 self._need_parent(path)
-                self._mutate()
+                self._mutate(path)
                 inode = _Inode()
                 self._live[path] = inode
                 self._dirop(("create", path, inode), path)
             elif truncate:
                 if inode.mapbuf is not None:
                     raise DiskIOError(errno.EBUSY, "cannot truncate a mapped file", path)
-                self._mutate()
+                self._mutate(path)
                 inode.do(("truncate", 0, None))
             return SimFile(self, path, inode, direct)
 
@@ -196,7 +227,7 @@ class SimFS(FileSystem):
                 missing.append(p)
                 p = _parent(p)
             if missing:
-                self._mutate()
+                self._mutate(path)
                 self._dirs.update(missing)
 
     def remove(self, path: str) -> None:
@@ -204,7 +235,7 @@ class SimFS(FileSystem):
         with self._lock:
             self._check()
             inode = self._file(path)
-            self._mutate()
+            self._mutate(path)
             del self._live[path]
             self._dirop(("remove", path, inode), path)
 
@@ -216,7 +247,7 @@ class SimFS(FileSystem):
             self._need_parent(dst)
             if self._is_dir(dst):
                 raise make_error(errno.EISDIR, "rename target is a directory", dst)
-            self._mutate()
+            self._mutate(src)
             if src != dst:
                 del self._live[src]
                 self._live[dst] = inode
@@ -228,7 +259,7 @@ class SimFS(FileSystem):
             self._check()
             if not self._is_dir(path):
                 raise make_error(errno.ENOENT, "no such directory", path)
-            self._mutate()
+            self._mutate(path)
             remaining = []
             for dirs, op in self._dirops:
                 if path in dirs:

@@ -79,7 +79,7 @@ class SimFile(File):
             # in simulation, not only on the real disk.
             raise DiskIOError(errno.EINVAL, f"O_DIRECT needs {ALIGNMENT}-aligned offset and length", self.path)
         if mutating:
-            fs._count_io()
+            fs._count_io(self.path)
         return self._inode
 
     def pread(self, n: int, offset: int) -> bytes:
@@ -119,7 +119,7 @@ class SimFile(File):
             inode = self._enter(False)
             if inode.mapbuf is not None and n < len(inode.mapbuf):
                 raise DiskIOError(errno.EBUSY, "cannot truncate below a live mapping", self.path)
-            self._fs._count_io()
+            self._fs._count_io(self.path)
             inode.do(("truncate", n, None))
 
     def preallocate(self, n: int) -> None:
@@ -148,7 +148,7 @@ class SimMapping(Mapping):
         fs._check()
         if self._closed or self._epoch != fs._epoch:
             raise DiskIOError(errno.EBADF, "mapping closed or made before a crash", self.path)
-        fs._count_io()
+        fs._count_io(self.path)
         return self._inode
 
     def publish(self, start: int, end: int) -> None:
