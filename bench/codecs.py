@@ -1,4 +1,4 @@
-"""Recovery-data codecs side by side (issue 5): the same dirty pages, checkpointed
+"""Recovery-data codecs side by side: the same dirty pages, checkpointed
 under each codec in turn, so every codec meets the same moments of the disk.
 
 The matrix compares codecs through whole extreme-load runs, where each codec's

@@ -1,17 +1,8 @@
-"""Run lists: the configuration matrix and the quick job that ``make bench`` runs.
+"""Run lists: the configuration matrix, and running a list of configurations.
 
 ``matrix_configs`` is the cartesian product recovery_data × compression ×
-wal_mode × throttling (× scenario × op style) over a base configuration.
-``quick_configs`` is the IEP-113 subset sized for about five minutes here:
-for each scenario, atomic puts and implicit transactions in ``log_only`` and
-implicit transactions in ``fsync``, each in both recovery-data modes; then
-every compression in the ``extreme`` scenario, and every throttling policy
-there in ``POLICY_ROUNDS`` interleaved rounds (compared by their medians).
-The ``extreme`` pairs (and full-speed's ``fsync`` pair) run ``EXTREME_ROUNDS``
-times in all, the later rounds between the policy rounds and in alternating
-order, and are compared by their medians: identical extreme runs here differ
-by up to 2x (wal-mode atomic runs here: 40-82 k ops/s; checkpoint mode's
-pace is the page file's random-write rate on a shared disk).
+wal_mode × throttling (× scenario × op style) over a base configuration (the
+IEP-113 experiment's interleaved rounds are ``bench.experiment``'s).
 ``run_many`` runs a list, writes each result to Parquet as it finishes and
 shows a rich progress bar.
 """
@@ -25,17 +16,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import results as res
 from bench.runner import run
-from bench.scenarios import COMPRESSIONS, THROTTLING
-
-#: rounds of the throttling-policy comparison in the quick job (issue 6's bars)
-POLICY_ROUNDS = 2
-#: rounds of the extreme wal/checkpoint pairs in the quick job (issue 7's bars)
-EXTREME_ROUNDS = 3
-PAIR_STYLES = (("atomic", "log_only"), ("implicit-tx", "log_only"), ("implicit-tx", "fsync"))
 
 
 def matrix_configs(base: dict, scenarios, recovery_data, compressions, wal_modes, throttlings,
                    op_styles) -> list:
+    """The cartesian product of the given dimensions over ``base``."""
     out = []
     for scen, style, wal, rd, comp, thr in itertools.product(scenarios, op_styles, wal_modes,
                                                              recovery_data, compressions, throttlings):
@@ -44,44 +29,9 @@ def matrix_configs(base: dict, scenarios, recovery_data, compressions, wal_modes
     return out
 
 
-def _extreme_pairs(base: dict, flip: bool, repeat: bool = False) -> list:
-    """The extreme pairs; in a repeat round also full-speed's fsync pair, the one other pair
-    whose two modes run within noise of each other (both wait on the commit's fdatasync)."""
-    order = ("checkpoint", "wal") if flip else ("wal", "checkpoint")
-    out = [dict(base, scenario="extreme", op_style=style, wal_mode=wal, recovery_data=rd)
-           for style, wal in PAIR_STYLES for rd in order]
-    if repeat:
-        out += [dict(base, scenario="full-speed", op_style="implicit-tx", wal_mode="fsync", recovery_data=rd)
-                for rd in order]
-    return out
-
-
-def quick_configs(base: dict) -> list:
-    out = []
-    for scen in ("full-speed", "fixed-rate"):
-        for style, wal in PAIR_STYLES:
-            for rd in ("wal", "checkpoint"):
-                out.append(dict(base, scenario=scen, op_style=style, wal_mode=wal, recovery_data=rd))
-    out += _extreme_pairs(base, flip=False)
-    for comp in COMPRESSIONS:
-        out.append(dict(base, scenario="extreme", recovery_data="checkpoint", recovery_compression=comp))
-    # every policy, the default included (named "adaptive", so that these runs stay
-    # apart from the pairs above), in POLICY_ROUNDS interleaved rounds: identical
-    # extreme runs minutes apart differed by 16 % here, more than the policies do
-    rounds = max(POLICY_ROUNDS, EXTREME_ROUNDS - 1)
-    for r in range(rounds):
-        if r < POLICY_ROUNDS:
-            for thr in THROTTLING:
-                if thr == "default":    # the same policy as "adaptive"
-                    continue
-                out.append(dict(base, scenario="extreme", recovery_data="checkpoint", throttling=thr))
-        if r < EXTREME_ROUNDS - 1:
-            out += _extreme_pairs(base, flip=r % 2 == 0, repeat=True)
-    return out
-
-
 def _label(cfg: dict) -> str:
-    parts = [cfg.get("store", "pagestore"), cfg.get("scenario", ""), cfg.get("op_style", "atomic"),
+    parts = [f"round {cfg['round'] + 1}" if cfg.get("round") is not None else "",
+             cfg.get("store", "pagestore"), cfg.get("scenario", ""), cfg.get("op_style", "atomic"),
              cfg.get("wal_mode", "log_only"), cfg.get("recovery_data", "")]
     for k in ("recovery_compression", "throttling"):
         if cfg.get(k):

@@ -170,7 +170,7 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
     pending = []
     chunk = 16
     interval_ns = NS / rate if rate else 0.0
-    issued = 0
+    sent = 0
     try:
         put, get, delete, scan = _dispatch(handle, style)
         write_tx = handle.write_tx
@@ -178,7 +178,7 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
         # ended within it: the state read at each chunk's end serves as the next
         # chunk's start. (The sampler's 50 ms view would misfile the first tens of
         # ms of every checkpoint as outside and as many after it as inside.)
-        probe = getattr(handle, "checkpoint_state", None)
+        probe = handle.checkpoint_state     # None: a store that does not checkpoint
         state = probe() if probe else None
         for b in batches:
             n = len(b.keys)
@@ -192,7 +192,7 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
                 else:
                     keys, vals = b.keys[pos:pos + c], b.values[pos:pos + c]
                 if rate:
-                    due = ctl.t0_ns + int(issued * interval_ns)
+                    due = ctl.t0_ns + int(sent * interval_ns)
                     wait = due - now()
                     if wait > 0:  # no spinning: the store needs both cores more than we do
                         time.sleep(wait / NS)
@@ -227,9 +227,9 @@ def run_writer(handle, batches, style: str, rec: ThreadRecorder, rate: float | N
                 np.subtract(ends[1:], ends[:-1], out=lats[1:])
                 t0 = int(ends[-1])
                 if rate:  # latency from each op's intended start
-                    due = ctl.t0_ns + ((issued + np.arange(c)) * interval_ns).astype(np.int64)
+                    due = ctl.t0_ns + ((sent + np.arange(c)) * interval_ns).astype(np.int64)
                     lats = np.maximum(ends - due, lats)
-                issued += c
+                sent += c
                 flag = None
                 if probe:
                     now_state = probe()

@@ -8,15 +8,18 @@ NORMAL, lmdb sync=False (writemap with map_async), rocksdict/plyvel sync=False.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 import threading
 
-from bench.stores import Store, durable
+from bench.stores import Store, apply_writes, batches, count_rows, durable
 
 
 class _SqliteWorker:
+    """One sqlite connection: a writer thread's handle (sqlite wants one per thread)."""
+
+    checkpoint_state = None     # as Store's: sqlite's own checkpoints are not timed
+
     def __init__(self, path, synchronous):
         c = sqlite3.connect(os.path.join(path, "kv.sqlite"), isolation_level=None,
                             check_same_thread=False, timeout=600)
@@ -36,19 +39,17 @@ class _SqliteWorker:
         self.delete = lambda k: ex("DELETE FROM kv WHERE k = ?", (k,))
 
     def put_tx(self, k, v):
+        """The put in its own explicit transaction."""
         ex = self.conn.execute
         ex("BEGIN IMMEDIATE")
         ex(self._ins, (k, v))
         ex("COMMIT")
 
     def write_tx(self, items):
+        """(key, value) pairs, value None meaning delete, as one transaction."""
         ex = self.conn.execute
         ex("BEGIN IMMEDIATE")
-        for k, v in items:
-            if v is None:
-                ex("DELETE FROM kv WHERE k = ?", (k,))
-            else:
-                ex(self._ins, (k, v))
+        apply_writes(items, self.put, self.delete)
         ex("COMMIT")
 
     def scan(self, start, n):
@@ -60,10 +61,7 @@ class _SqliteWorker:
         if n is not None:
             q += " LIMIT ?"
             args.append(n)
-        c = 0
-        for _ in self.conn.execute(q, args):
-            c += 1
-        return c
+        return count_rows(self.conn.execute(q, args))
 
 
 class SqliteStore(Store):
@@ -138,25 +136,13 @@ class LmdbStore(Store):
 
     def write_tx(self, items):
         with self.env.begin(write=True) as t:
-            for k, v in items:
-                if v is None:
-                    t.delete(k)
-                else:
-                    t.put(k, v)
+            apply_writes(items, t.put, t.delete)
 
     def scan(self, start, n):
-        c = 0
         with self.env.begin() as t:
             cur = t.cursor()
             ok = cur.set_range(start) if start is not None else cur.first()
-            if not ok:
-                return 0
-            it = cur.iternext(keys=True, values=True)
-            if n is not None:
-                it = itertools.islice(it, n)
-            for _ in it:
-                c += 1
-        return c
+            return count_rows(cur.iternext(keys=True, values=True), n) if ok else 0
 
     def bulk_load(self, pairs):
         with self.env.begin(write=True) as t:
@@ -170,6 +156,8 @@ class LmdbStore(Store):
 
 
 class LmdbWritemapStore(LmdbStore):
+    """lmdb with writemap (and map_async when not durable)."""
+
     name = "lmdb_writemap"
     writemap = True
 
@@ -198,32 +186,15 @@ class RocksdictStore(Store):
 
     def write_tx(self, items):
         wb = self._rd.WriteBatch(raw_mode=True)
-        for k, v in items:
-            if v is None:
-                wb.delete(k)
-            else:
-                wb.put(k, v)
+        apply_writes(items, wb.put, wb.delete)
         self.db.write(wb)
 
     def scan(self, start, n):
-        it = self.db.items(from_key=start) if start is not None else self.db.items()
-        if n is not None:
-            it = itertools.islice(it, n)
-        c = 0
-        for _ in it:
-            c += 1
-        return c
+        return count_rows(self.db.items(from_key=start) if start is not None else self.db.items(), n)
 
-    def bulk_load(self, pairs, chunk=100_000):
-        it = iter(pairs)
-        while True:
-            part = list(itertools.islice(it, chunk))
-            if not part:
-                break
-            wb = self._rd.WriteBatch(raw_mode=True)
-            for k, v in part:
-                wb.put(k, v)
-            self.db.write(wb)
+    def bulk_load(self, pairs):
+        for part in batches(pairs):
+            self.write_tx(part)
 
     def describe(self):
         return {"raw_mode": True, "sync": self.sync}
@@ -251,31 +222,19 @@ class PlyvelStore(Store):
             wb.put(k, v)
 
     def write_tx(self, items):
-        with self.db.write_batch(sync=self.sync) as wb:
-            for k, v in items:
-                if v is None:
-                    wb.delete(k)
-                else:
-                    wb.put(k, v)
+        self._batch(items, self.sync)
+
+    def _batch(self, items, sync):
+        with self.db.write_batch(sync=sync) as wb:
+            apply_writes(items, wb.put, wb.delete)
 
     def scan(self, start, n):
-        it = self.db.iterator(start=start) if start is not None else self.db.iterator()
-        if n is not None:
-            it = itertools.islice(it, n)
-        c = 0
-        for _ in it:
-            c += 1
-        return c
+        return count_rows(self.db.iterator(start=start) if start is not None else self.db.iterator(), n)
 
-    def bulk_load(self, pairs, chunk=100_000):
-        it = iter(pairs)
-        while True:
-            part = list(itertools.islice(it, chunk))
-            if not part:
-                break
-            with self.db.write_batch() as wb:
-                for k, v in part:
-                    wb.put(k, v)
+    def bulk_load(self, pairs):
+        # LevelDB's default write_batch (no sync) even for a durable store: the load, not a commit, is timed
+        for part in batches(pairs):
+            self._batch(part, False)
 
     def describe(self):
         return {"sync": self.sync}

@@ -1,4 +1,4 @@
-"""Side-by-side comparisons with the peer stores (issues 2 and 3).
+"""Side-by-side comparisons with the peer stores (LMDB, RocksDB, LevelDB, SQLite).
 
 ``base_compare`` — the same N keys (16-byte random keys, 100-byte values,
 random order) bulk-loaded into each store in one atomic batch (pagestore
@@ -29,7 +29,7 @@ from bench.workload import DEFAULT_COMPRESSIBILITY, ValuePool, make_keys
 
 BASE_STORES = ("pagestore", "lmdb", "rocksdict", "plyvel", "sqlite")
 STORE_CHECKPOINT_INTERVAL = 30.0   # pagestore.Config.checkpoint_interval's default
-# issue 3: the closest "commit per put, survives a process kill" setting of each peer
+# the closest "commit per put, survives a process kill" setting of each peer
 NOSYNC_STORES = ("pagestore", "sqlite", "lmdb_writemap", "rocksdict", "plyvel")
 SYNC_STORES = ("pagestore", "sqlite", "lmdb", "rocksdict", "plyvel")
 
@@ -134,7 +134,8 @@ def fdatasync_loop(seconds: float = 3.0, data_dir=None, block: int = 4096, block
 
 def commit_compare(seconds: float = 3.0, threads=(1, 4, 16), data_dir=None, key_range=1_000_000,
                    store_options=None, progress=None,
-                   value_compressibility: float = DEFAULT_COMPRESSIBILITY) -> dict:
+                   value_compressibility: float = DEFAULT_COMPRESSIBILITY,
+                   nosync_stores=NOSYNC_STORES, sync_stores=SYNC_STORES) -> dict:
     """Commit-per-put throughput: no-fsync with one thread, durable with T threads."""
     # checkpoint_interval: the store's default (30 s), so no timed checkpoint falls in these
     # few seconds; a None here was overridden by the full-speed preset's 3 s
@@ -142,8 +143,8 @@ def commit_compare(seconds: float = 3.0, threads=(1, 4, 16), data_dir=None, key_
                 key_range=key_range, data_dir=data_dir, checkpoint_interval=STORE_CHECKPOINT_INTERVAL,
                 value_compressibility=value_compressibility)
     results = []
-    nosync, notes = available(NOSYNC_STORES)
-    sync, _ = available(SYNC_STORES)
+    nosync, notes = available(nosync_stores)
+    sync, _ = available(sync_stores)
     for name in nosync:
         if progress:
             progress(f"{name} log_only 1 thread")
@@ -152,7 +153,7 @@ def commit_compare(seconds: float = 3.0, threads=(1, 4, 16), data_dir=None, key_
     bare = None
     for t in threads:
         for name in sync:
-            # The bar compares pagestore's one-thread fsync run with the bare
+            # pagestore's one-thread fsync run is compared with the bare
             # loop; fdatasync here drifts by 10-20 % over tens of seconds, so
             # the loop brackets that run (just before and just after it).
             bracket = bare is None and name == "pagestore"

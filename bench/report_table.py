@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import sys
-from statistics import median_low
 
 from rich.console import Console
 from rich.table import Table
@@ -60,45 +59,22 @@ def _label(s) -> str:
     return style + ("" if s["wal_mode"] == "log_only" else f", {s['wal_mode'].upper()}")
 
 
-def _ckpt_avg(r, field):
-    rows = r["checkpoints"]
-    return sum(c[field] for c in rows) / len(rows) if rows else float("nan")
-
-
-def iep_table(results, title="IEP-113 table: WAL-mode recovery data vs checkpoint recovery files") -> Table:
-    """One row per (scenario, op style, WAL mode, compression, throttling); wal vs checkpoint side by
-    side. A configuration run more than once shows its run with the median throughput."""
-    groups = {}
-    for r in results:
-        s = r["summary"]
-        if s["store"] != "pagestore":
-            continue
-        key = (s["scenario"], _label(s), s["compression"], s["throttling"])
-        groups.setdefault(key, {}).setdefault(s["recovery_data"], []).append(r)
-    t = Table(title=title)
-    for c in ("scenario", "workload", "compr.", "throttling", "runs", "ops/s wal", "ops/s ckpt", "ckpt/wal",
-              "WAL/op wal", "WAL/op ckpt", "wal/ckpt", "recov. write ms wal|ckpt",
-              "page write ms wal|ckpt", "disk B/op wal|ckpt"):
-        t.add_column(c, justify="left" if c in ("scenario", "workload", "compr.", "throttling") else "right")
-    for (scen, label, comp, thr), g in groups.items():
-        w, c = _median_run(g.get("wal")), _median_run(g.get("checkpoint"))
-        sw, sc = (w or {}).get("summary", {}), (c or {}).get("summary", {})
-        pair = lambda f, d=1: f"{_n(f(w), d) if w else '–'} | {_n(f(c), d) if c else '–'}"  # noqa: E731
-        t.add_row(scen, label, comp, thr, str(max(len(g.get("wal") or []), len(g.get("checkpoint") or []))),
-                  _n(sw.get("throughput")), _n(sc.get("throughput")),
-                  _ratio(sc.get("throughput"), sw.get("throughput")), _n(sw.get("wal_bytes_per_op"), 1),
-                  _n(sc.get("wal_bytes_per_op"), 1), _ratio(sw.get("wal_bytes_per_op"), sc.get("wal_bytes_per_op")),
-                  pair(lambda r: _ckpt_avg(r, "recovery_write_ms")), pair(lambda r: _ckpt_avg(r, "page_write_ms")),
-                  pair(lambda r: r["summary"]["bytes_per_op"]))
+def scenario_table(tbl, scenario: str) -> Table:
+    """One scenario of IEP-113's experiment (``bench.scenario_table.table``): parameters as rows,
+    WAL mode / recovery files / recovery files + lz4 as columns, ratios with their spread."""
+    from bench.experiment import MODES
+    from bench.scenario_table import ratio_text
+    t = Table(title=f"IEP-113, {scenario}: medians over rounds; ratios against WAL mode (spread over rounds)")
+    t.add_column("parameter")
+    for _k, title, _o in MODES:
+        t.add_column(title, justify="right")
+    t.add_column("files ÷ WAL", justify="right")
+    t.add_column("lz4 ÷ WAL", justify="right")
+    for r in tbl.to_dict("records"):
+        d = 0 if abs(r.get("wal") or 0) >= 100 or r["key"] in ("throughput", "parks") else 1
+        t.add_row(r["parameter"], *[_n(r[k], d) for k, _t, _o in MODES],
+                  ratio_text(r["files_ratio"]), ratio_text(r["compressed_ratio"]))
     return t
-
-
-def _median_run(runs):
-    """The run of median throughput (the lower middle one of an even count), or None."""
-    if not runs:
-        return None
-    mid = median_low([r["summary"]["throughput"] for r in runs])
-    return next(r for r in runs if r["summary"]["throughput"] == mid)
 
 
 def base_table(base) -> Table:

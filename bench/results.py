@@ -1,4 +1,4 @@
-"""Parquet writer for the three result datasets of ``docs/results-schema.md``.
+"""Result files: the three datasets of ``bench.schema`` written and read as Parquet.
 
 Layout: ``<dir>/<dataset>/run_id=<id>/part-<node>-<uuid>.parquet``, the Hive
 partitioning Spark's reader discovers. ``run_id`` is the partition key and is
@@ -17,48 +17,14 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_I32, _I64, _F64, _STR, _BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+from bench.schema import table
 
-TIMESERIES = pa.schema([
-    ("run_id", _STR), ("node", _I32), ("second", _I32), ("ops", _I64), ("throughput", _F64),
-    ("lat_mean_us", _F64), ("lat_p50_us", _F64), ("lat_p99_us", _F64), ("lat_p999_us", _F64),
-    ("lat_max_us", _F64), ("dirty_pages", _I64), ("cow_used", _I64), ("cow_capacity", _I64),
-    ("parks", _I64), ("park_seconds", _F64), ("checkpoint_running", _BOOL),
-])
-
-CHECKPOINTS = pa.schema([
-    ("run_id", _STR), ("node", _I32), ("checkpoint_id", _I64), ("t_start", _F64), ("pages", _I64),
-    ("recovery_bytes", _I64), ("lock_ms", _F64), ("recovery_write_ms", _F64), ("page_write_ms", _F64),
-    ("fsync_ms", _F64), ("total_ms", _F64), ("cow_peak", _I64),
-])
-
-SUMMARY = pa.schema([
-    ("run_id", _STR), ("node", _I32), ("store", _STR), ("scenario", _STR),
-    ("recovery_data", _STR), ("compression", _STR), ("wal_mode", _STR), ("throttling", _STR),
-    ("op_style", _STR), ("threads", _I32), ("duration_s", _F64), ("ops", _I64), ("throughput", _F64),
-    ("lat_mean_us", _F64), ("lat_p99_us", _F64), ("wal_bytes", _I64), ("recovery_bytes", _I64),
-    ("page_bytes", _I64), ("disk_write_bytes", _I64), ("bytes_per_op", _F64),
-    ("wal_bytes_per_op", _F64), ("parks", _I64), ("stalls", _I64), ("checkpoints", _I64),
-    ("park_seconds", _F64), ("park_seconds_max", _F64), ("config_json", _STR),
-    # additions (docs/results-schema.md, "Added columns")
-    ("lat_p50_us", _F64), ("lat_p50_ckpt_us", _F64), ("lat_p99_ckpt_us", _F64),
-    ("lat_p50_no_ckpt_us", _F64), ("lat_p99_no_ckpt_us", _F64),
-    ("throughput_ckpt", _F64), ("throughput_no_ckpt", _F64),
-])
-
-SCHEMAS = {"timeseries": TIMESERIES, "checkpoints": CHECKPOINTS, "summary": SUMMARY}
+_RUN_ID = pa.schema([("run_id", pa.string())])
 
 
 def new_run_id(prefix: str = "r") -> str:
     """A sortable, unique id that starts with a letter: ``r20261121T223000-1a2b3c``."""
     return f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-
-
-def table(dataset: str, rows: list) -> pa.Table:
-    """Rows (dicts) as a table of the dataset's schema; missing values become null."""
-    schema = SCHEMAS[dataset]
-    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
-    return pa.Table.from_pydict(cols, schema=schema)
 
 
 def write_dataset(results_dir: str, dataset: str, rows: list) -> list:
@@ -103,6 +69,15 @@ def write_result(results_dir: str, result: dict) -> list:
 def read_dataset(results_dir: str, dataset: str):
     """Read a dataset back (pyarrow, Hive partitioning) as a pyarrow Table."""
     import pyarrow.dataset as ds
-    part = ds.partitioning(pa.schema([("run_id", _STR)]), flavor="hive")
+    part = ds.partitioning(_RUN_ID, flavor="hive")
     return ds.dataset(os.path.join(results_dir, dataset), format="parquet",
                       partitioning=part).to_table()
+
+
+def write_table(results_dir: str, dataset: str, tbl: pa.Table) -> None:
+    """Append an Arrow table (with ``run_id``) to ``<results_dir>/<dataset>/run_id=<id>/``."""
+    from bench.schema import SCHEMAS
+    tbl = tbl.cast(SCHEMAS[dataset])
+    pq.write_to_dataset(tbl, os.path.join(results_dir, dataset), partition_cols=["run_id"],
+                        basename_template=f"part-{uuid.uuid4().hex}-{{i}}.parquet",
+                        existing_data_behavior="overwrite_or_ignore")

@@ -48,7 +48,7 @@ def run(config: dict, workload=None, node: int = 0, progress=None) -> dict:
         store = open_store(cfg["store"], path, cfg)
         try:
             wl = workload if workload is not None else GeneratedWorkload(cfg)
-            if getattr(wl, "transactional", False) and cfg["op_style"] == "atomic":
+            if wl.transactional and cfg["op_style"] == "atomic":
                 cfg["op_style"] = "tx"  # replay the workload's own transactions
             if cfg.get("preload"):
                 for pairs in wl.preload_pairs():
@@ -175,7 +175,8 @@ def build_rows(cfg: dict, run_id: str, node: int, raw: dict) -> dict:
         lat_p50_us=lat["p50"], lat_p50_ckpt_us=h_ck.summary_us()["p50"],
         lat_p99_ckpt_us=h_ck.summary_us()["p99"], lat_p50_no_ckpt_us=h_out.summary_us()["p50"],
         lat_p99_no_ckpt_us=h_out.summary_us()["p99"], throughput_ckpt=med(ck),
-        throughput_no_ckpt=med(no_ck))
+        throughput_no_ckpt=med(no_ck), experiment=cfg.get("experiment") or "", session=cfg.get("session") or "",
+        round=None if cfg.get("round") is None else int(cfg["round"]))
     extra = dict(mean_throughput=ops / duration if duration else float("nan"),
                  ops_in_ckpt=h_ck.count, ops_out_ckpt=h_out.count)
     return dict(timeseries=ts, checkpoints=ckpts,

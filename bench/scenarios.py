@@ -90,7 +90,7 @@ def resolve(config: dict) -> dict:
         cfg["rate"] = FSYNC_RATE
     if cfg.get("distribution") == "hotset":  # bench/spark's spelling
         cfg["distribution"] = "hot-set"
-    unknown = set(cfg) - set(COMMON) - {"run_id", "node", "results", "note", "keep"}
+    unknown = set(cfg) - set(COMMON) - {"run_id", "node", "results", "note", "keep", "experiment", "round", "session"}
     if unknown:
         raise ValueError(f"unknown option(s): {', '.join(sorted(unknown))}")
     for key, choices in _CHOICES.items():

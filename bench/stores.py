@@ -7,6 +7,13 @@ Every adapter has the same surface so the runner's loops stay store-agnostic:
 ``close()``. ``worker()`` returns the handle a writer thread uses (sqlite needs
 a connection per thread; the others share one handle).
 
+Capabilities are class attributes, declared on ``Store``, never probed for:
+``checkpoint_state`` is None unless the store checkpoints (then the writers
+read it per chunk, ``bench.measure``). The loops every adapter shares —
+counting the rows of a scan, applying a transaction's writes, cutting a bulk
+load into batches — are the functions ``count_rows``, ``apply_writes`` and
+``batches`` below.
+
 Durability follows ``wal_mode``: ``fsync`` maps to each peer's durable commit
 (sqlite synchronous=FULL, lmdb sync=True, rocksdict/plyvel sync=True); the other
 modes map to the peer's "survives a process kill" setting (sqlite NORMAL, lmdb
@@ -31,7 +38,34 @@ class StoreUnavailable(RuntimeError):
 
 
 def durable(config: dict) -> bool:
+    """Whether ``config`` asks for a durable commit (each peer's fsync setting)."""
     return config.get("wal_mode") == "fsync"
+
+
+def count_rows(rows, n=None) -> int:
+    """How many of ``rows`` a scan visits: the first ``n``, or all with None."""
+    if n is not None:
+        rows = itertools.islice(rows, n)
+    c = 0
+    for _ in rows:  # a plain loop: what a reader of the rows pays, nothing more
+        c += 1
+    return c
+
+
+def apply_writes(items, put, delete) -> None:
+    """Apply (key, value) pairs through ``put``/``delete``; value None means delete."""
+    for k, v in items:
+        if v is None:
+            delete(k)
+        else:
+            put(k, v)
+
+
+def batches(pairs, size: int = 100_000):
+    """Lists of up to ``size`` pairs: a bulk load as batches a peer's write buffer holds."""
+    it = iter(pairs)
+    while part := list(itertools.islice(it, size)):
+        yield part
 
 
 class Store:
@@ -40,30 +74,31 @@ class Store:
     name = "store"
 
     def worker(self):
+        """The handle one writer thread uses (this one, unless the library wants one per thread)."""
         return self
 
     def put_tx(self, k, v):
+        """The put in its own explicit transaction."""
         self.put(k, v)
 
     def write_tx(self, items):
         """Apply (key, value) pairs, value None meaning delete, as one transaction."""
-        for k, v in items:
-            if v is None:
-                self.delete(k)
-            else:
-                self.put(k, v)
+        apply_writes(items, self.put, self.delete)
 
     # Every adapter binds these two to its library; a base Store has neither.
     get = None
     delete = None
 
     def scan(self, start, n):
+        """Rows visited reading ``n`` rows (all with None) from ``start`` (the first with None)."""
         return 0
 
     def scan_all(self):
+        """Rows visited reading the whole store in key order."""
         return self.scan(None, None)
 
     def bulk_load(self, pairs):
+        """Load (key, value) pairs; the peers do it in their fastest atomic batches."""
         for k, v in pairs:
             self.put(k, v)
 
@@ -76,9 +111,11 @@ class Store:
     checkpoint_state = None
 
     def stats(self) -> dict:
+        """The store's own counters (pagestore's stats()); peers have none."""
         return {}
 
     def describe(self) -> dict:
+        """The settings this adapter opened the store with, for the results."""
         return {}
 
     def close(self):
@@ -118,8 +155,6 @@ class PagestoreStore(Store):
             import pagestore
         except ImportError as e:  # the store is built separately
             raise StoreUnavailable(f"pagestore is not importable: {e}") from e
-        if not hasattr(pagestore, "open"):
-            raise StoreUnavailable("pagestore.open does not exist yet")
         self.options = {o: config[o] for o in PAGESTORE_OPTIONS if config.get(o) is not None}
         try:
             self.db = pagestore.open(path, **self.options)
@@ -134,59 +169,37 @@ class PagestoreStore(Store):
 
     def write_tx(self, items):
         with self.db.transaction() as tx:
-            for k, v in items:
-                if v is None:
-                    tx.delete(k)
-                else:
-                    tx.put(k, v)
+            apply_writes(items, tx.put, tx.delete)
 
     def scan(self, start, n):
-        it = self.db.scan(start=start)
-        if n is not None:
-            it = itertools.islice(it, n)
-        c = 0
-        for _ in it:
-            c += 1
-        return c
+        return count_rows(self.db.scan(start=start), n)
 
     def bulk_load(self, pairs):
-        put_many = getattr(self.db, "put_many", None)
-        if put_many is not None:
-            self._put_many_fitting(put_many, list(pairs))
-        else:
-            with self.db.transaction() as tx:
-                for k, v in pairs:
-                    tx.put(k, v)
+        self._put_many_fitting(list(pairs))
 
-    def _put_many_fitting(self, put_many, pairs):
+    def _put_many_fitting(self, pairs):
         """One batch, or halves of it while it is larger than page memory can hold
         uncommitted (a preload of random keys into a small `memory_size`): a failed
         batch changes nothing, so its halves can follow."""
         import pagestore
         try:
-            put_many(pairs)
-        except getattr(pagestore, "TransactionTooLargeError", ()):
+            self.db.put_many(pairs)
+        except pagestore.TransactionTooLargeError:
             if len(pairs) < 2:
                 raise
             half = len(pairs) // 2
-            self._put_many_fitting(put_many, pairs[:half])
-            self._put_many_fitting(put_many, pairs[half:])
+            self._put_many_fitting(pairs[:half])
+            self._put_many_fitting(pairs[half:])
 
     def checkpoint(self):
         self.db.checkpoint()
 
     def checkpoint_state(self):
         """(running, completed): read once per chunk of ~2 ms by every writer, so it
-        must be cheap: Database.checkpoint_state (two reads, no lock). stats() takes
-        the WAL's lock: with 16 fsync writers it cut their commits by 20-25 %."""
-        fast = getattr(self.db, "checkpoint_state", None)
-        try:
-            if fast is not None:
-                return fast()
-            st = self.db.stats()
-        except Exception:  # noqa: BLE001 - as stats(): never stop a run
-            return False, 0
-        return bool(st.get("checkpoint_running")), int(st.get("checkpoints", 0) or 0)
+        must be cheap: Database.checkpoint_state (two reads, no lock), not stats(),
+        which takes the WAL's lock (with 16 fsync writers it cut their commits by
+        20-25 %)."""
+        return self.db.checkpoint_state()
 
     def stats(self) -> dict:
         try:
@@ -219,16 +232,6 @@ def open_store(name: str, path: str, config: dict) -> Store:
         raise StoreUnavailable(f"{name}: {e}") from e
 
 
-_PROBE = """
-import sys, tempfile, os, shutil
-sys.path.insert(0, sys.argv[1])
-d = tempfile.mkdtemp(prefix="bench-probe-")
-try:
-    import pagestore
-    pagestore.open(os.path.join(d, "db")).close()
-finally:
-    shutil.rmtree(d, ignore_errors=True)
-"""
 _probe_result = None
 
 
@@ -244,7 +247,7 @@ def pagestore_available() -> tuple[bool, str]:
         import sys
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         try:
-            p = subprocess.run([sys.executable, "-c", _PROBE, root], capture_output=True, text=True,
+            p = subprocess.run([sys.executable, "-m", "bench.probe"], cwd=root, capture_output=True, text=True,
                                timeout=120)
             why = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
             _probe_result = (True, "") if p.returncode == 0 else (False, f"pagestore.open failed: {why}")

@@ -220,6 +220,8 @@ class KeyStream:
 class GeneratedWorkload:
     """Operations from a config: mix, distribution, key and value sizes."""
 
+    transactional = False     # single operations: no commit markers to replay up to
+
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.key_size = int(cfg.get("key_size", 16))

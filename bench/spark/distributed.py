@@ -27,7 +27,7 @@ import uuid
 import pyarrow as pa
 
 from .generate import META_FILE
-from .results import DATASETS, SCHEMAS, spark_ddl, to_table
+from bench.schema import DATASETS, SCHEMAS, spark_ddl, table as to_table
 
 DEFAULT_RUNNER = "bench.runner:run"
 DEFAULT_WORKLOAD = "bench.workload:ParquetWorkload"

@@ -14,39 +14,47 @@ import numbers
 
 import pandas as pd
 
-from .charts import TITLES
+from bench.experiment import MODES
+from bench.scenario_table import ratio_text
 
+from .charts import SCENARIO_CHARTS
+
+#: the raw tables (folded, last): key, title, one-line caption
 SECTIONS = (
-    ("configurations", "Per configuration (IEP-113 style)",
-     "Throughput is the cluster figure: the sum over nodes of each node's median ops/s; its median "
-     "over runs (the quick job repeats the extreme pairs: identical runs here differ up to 2x). Mean latency is weighted by operations; p99 is the mean of the nodes' p99. WAL, "
-     "recovery and page bytes are per node and run; parks per node and run."),
-    ("checkpoints", "Checkpoints per configuration (IEP-113 style)",
-     "Averages per checkpoint across nodes and runs: pages, recovery-file bytes and the phase "
-     "times (lock, recovery-data write, page write, fsync, total), then the slowest checkpoint "
+    ("configurations", "Per configuration",
+     "Every configuration of every run: cluster throughput (sum over nodes, median over runs), "
+     "latency, bytes per node; look here for a figure the story above does not show."),
+    ("checkpoints", "Checkpoints per configuration",
+     "Averages per checkpoint: pages, recovery-file bytes and phase times; the slowest checkpoint "
      "and the checkpoint-buffer peak."),
     ("ratios", "Ratios against the baseline",
-     "Each configuration's figure divided by the baseline's (1.000 is the baseline itself; "
-     "empty where the baseline's figure is zero)."),
+     "Each configuration's figure divided by the baseline's (1.000 is the baseline itself)."),
     ("checkpoint_effect", "During a checkpoint vs outside",
-     "Per-second rows with a checkpoint running against the others; the design's goal is "
-     "p99_ratio within 2 and no park over 100 ms."),
+     "Per-second rows with a checkpoint running against the others: p99_ratio near 1 means "
+     "checkpoints do not hurt writers."),
     ("runs", "Runs", "One row per run: nodes, summed throughput and bytes."),
 )
 
 CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:18px 24px;color:#222}
-h1{font-size:21px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 4px;border-bottom:1px solid #ddd}
-h3{font-size:13px;margin:6px 0 2px}
-p.note{color:#555;font-size:12px;margin:2px 0 6px;max-width:1150px}
-table{border-collapse:collapse;font-size:11px;margin:4px 0 8px}
-th,td{border:1px solid #d6d6d6;padding:2px 5px;text-align:right;white-space:nowrap}
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:14px 22px;color:#222}
+h1{font-size:20px;margin:0 0 2px} h2{font-size:16px;margin:16px 0 3px;border-bottom:1px solid #ddd}
+h3{font-size:14px;margin:4px 0 2px}
+p.note,p.cap{color:#555;font-size:12px;margin:1px 0 4px;max-width:1300px}
+p.sentence{font-size:12.5px;margin:3px 0 0;max-width:600px;font-weight:500}
+table{border-collapse:collapse;font-size:11px;margin:2px 0 6px}
+th,td{border:1px solid #d6d6d6;padding:1px 5px;text-align:right;white-space:nowrap}
 th{background:#f1f3f6;white-space:normal;vertical-align:bottom;min-width:42px}
-td.t{text-align:left;white-space:normal;min-width:200px;max-width:300px}
+td.t{text-align:left;white-space:normal;min-width:150px;max-width:420px}
 th.t{text-align:left} tr:nth-child(even) td{background:#fafbfc} tr.base td{background:#fff3c4}
-.grid{display:grid;grid-template-columns:1fr 1fr;gap:8px 18px;max-width:1240px}
-.grid img{width:100%;border:1px solid #e3e3e3} .meta{font-size:12px;color:#444}
-nav a{margin-right:14px;font-size:12.5px}
+table.iep td:first-child{text-align:left} table.iep{font-size:11.5px}
+.scen{display:flex;gap:18px;align-items:flex-start;margin:0 0 6px}
+.scen .left{width:610px;flex:none} .scen .right{width:670px;flex:none}
+.scen img,.grid img{width:100%;border:1px solid #e3e3e3}
+.grid{display:grid;grid-template-columns:1fr 1fr 1fr;gap:6px 14px;max-width:1340px}
+.meta{font-size:12px;color:#444;margin:0} nav a{margin-right:14px;font-size:12.5px}
+td.v-reproduced{color:#176b1b;font-weight:600} td.v-reversed{color:#b3261e;font-weight:600}
+td.v-not{color:#8a6d00;font-weight:600}
+table.claims{max-width:1340px} table.claims td{white-space:normal} table.claims td.t{min-width:0;max-width:none} details{margin:4px 0} summary{cursor:pointer;font-size:13px}
 """
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -117,27 +125,97 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def render(tables: dict, figures: dict, baseline: str, inputs: list) -> str:
-    """The whole page: header, tables in SECTIONS order, then every chart embedded."""
-    conf = tables["configurations"]
+def _num(v) -> str:
+    """A figure of a scenario table: no more digits than the machine's noise supports."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    a = abs(float(v))
+    return f"{v:,.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}"
+
+
+def scenario_html(tbl: pd.DataFrame) -> str:
+    """A scenario table: parameters as rows, the modes and the two ratio columns."""
+    if tbl.empty:
+        return "<p class='note'>not run in these results</p>"
+    out = ["<table class='iep'><thead><tr><th class='t'>parameter</th>"]
+    out += [f"<th>{html.escape(t)}</th>" for _k, t, _o in MODES]
+    out.append("<th>files ÷ WAL<br>(spread)</th><th>lz4 ÷ WAL<br>(spread)</th></tr></thead><tbody>")
+    for r in tbl.to_dict("records"):
+        out.append(f"<tr><td class='t'>{html.escape(r['parameter'])}</td>"
+                   + "".join(f"<td>{_num(r[k])}</td>" for k, _t, _o in MODES)
+                   + f"<td>{html.escape(ratio_text(r['files_ratio']))}</td>"
+                   + f"<td>{html.escape(ratio_text(r['compressed_ratio']))}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def claims_html(rows: list) -> str:
+    """IEP-113's claims with the measured figure and the verdict."""
+    if not rows:
+        return "<p class='note'>IEP-113's experiment is not in these results (`python -m bench quick` runs it).</p>"
+    out = ["<table class='claims'><thead><tr><th class='t'>IEP-113 claims</th><th>IEP</th><th>measured here</th>"
+           "<th>verdict</th><th class='t'>why</th></tr></thead><tbody>"]
+    for r in rows:
+        cls = "v-" + r["verdict"].split()[0]
+        out.append(f"<tr><td class='t'>{html.escape(r['claim'])}</td><td>{html.escape(r['iep'])}</td>"
+                   f"<td>{html.escape(r['measured'])}</td><td class='{cls}'>{html.escape(r['verdict'])}</td>"
+                   f"<td class='t'>{html.escape(r['why'])}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f"<img alt='{html.escape(alt)}' src='{data_uri(png)}'>"
+
+
+def render(told: dict, raw: dict, baseline: str, inputs: list) -> str:
+    """The whole page: the IEP-113 story (``bench.spark.report.story``) first, raw tables last."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    conf = raw.get("configurations", pd.DataFrame())
+    frame = told["frame"]
+    n_rounds = len(set(frame[frame["experiment"] == "iep-113"]["round"])) if not frame.empty else 0
+    captions = {name: cap for name, _t, cap in SCENARIO_CHARTS}
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
              "<title>pagestore benchmark report</title>", f"<style>{CSS}</style></head><body>",
-             "<h1>pagestore benchmark report</h1>",
-             f"<p class='meta'>{len(conf)} configurations, {int(conf['runs'].sum())} runs; "
-             f"baseline: <b>{html.escape(baseline)}</b>; results: "
-             f"{html.escape(', '.join(inputs))}; built {now} by Spark SQL (bench/spark).</p>",
-             "<nav>" + "".join(f"<a href='#{k}'>{html.escape(t)}</a>" for k, t, _ in SECTIONS
-                               if k in tables) + "<a href='#charts'>Charts</a></nav>"]
+             "<h1>pagestore benchmark report: IEP-113's recovery files against WAL mode</h1>",
+             f"<p class='meta'>{n_rounds} interleaved rounds of each scenario's three modes; "
+             f"{len(conf)} configurations in all; results: {html.escape(', '.join(inputs))}; built {now} "
+             f"by Spark SQL. <a href='#claims'>Claims</a> · <a href='#charts'>Charts</a> · "
+             f"<a href='#peers'>Peers</a> · <a href='#raw'>Raw tables</a></p>",
+             "<p class='cap'>Each table: medians over rounds; a ratio is recovery files ÷ WAL mode within "
+             "one round, shown as the median (min–max over rounds): when the spread includes 1.00 the "
+             "difference is this machine's noise. Right: throughput of the three modes, checkpoints as bands.</p>"]
+    for sc in told["scenarios"]:
+        parts += ["<div class='scen'><div class='left'>",
+                  f"<h3 id='iep-{sc['scenario']}'>{html.escape(sc['scenario'])}</h3>",
+                  scenario_html(sc["table"]), f"<p class='sentence'>{html.escape(sc['sentence'])}</p>",
+                  "</div><div class='right'>", _img(sc["charts"]["throughput"], f"throughput {sc['scenario']}"),
+                  f"<p class='cap'>{html.escape(captions['throughput'])}</p></div></div>"]
+    parts += ["<h2 id='claims'>IEP-113's claims, checked on this machine</h2>",
+              "<p class='cap'>Reproduced: every pair of runs went the IEP's way (by the stated factor); "
+              "reversed: every pair went the other way; otherwise not reproduced here.</p>",
+              claims_html(told["claims"])]
+    parts.append("<h2 id='charts'>Charts per scenario (the compared modes only)</h2>")
+    for sc in told["scenarios"]:
+        parts.append(f"<h3>{html.escape(sc['scenario'])}{html.escape(sc['round_label'])}</h3><div class='grid'>")
+        for name, _title, cap in SCENARIO_CHARTS[1:]:
+            parts.append(f"<div>{_img(sc['charts'][name], name)}<p class='cap'>{html.escape(cap)}</p></div>")
+        parts.append("</div>")
+    parts += ["<h3>Throttling: exponential backoff against fill-rate</h3><div class='grid'><div>",
+              _img(told["policy_chart"], "throttling policies"),
+              "<p class='cap'>A line that drops to zero while recovery data is written is writers "
+              "stalled by the policy.</p></div></div>"]
+    peers = told["peers"]
+    parts += ["<h2 id='peers'>Peers: pagestore against LMDB, RocksDB, LevelDB, SQLite</h2>",
+              "<p class='cap'>ops/s per operation and pagestore ÷ peer (above 1: pagestore is faster); "
+              "durable rows fsync every commit.</p>",
+              html_table(peers) if len(peers) else "<p class='note'>the peers did not run in these results</p>"]
+    parts.append(told.get("servers_html") or "")
+    parts.append(f"<h2 id='raw'>Raw tables</h2><p class='cap'>Baseline of the ratios: {html.escape(baseline)}.</p>")
     for key, title, note in SECTIONS:
-        if key not in tables:
+        if key not in raw:
             continue
-        parts += [f"<h2 id='{key}'>{html.escape(title)}</h2>", f"<p class='note'>{html.escape(note)}</p>",
-                  html_table(tables[key], highlight=baseline)]
-    parts.append("<h2 id='charts'>Charts</h2><div class='grid'>")
-    for name, png in figures.items():
-        title = TITLES.get(name, name)
-        parts.append(f"<div><h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' "
-                     f"src='{data_uri(png)}'></div>")
-    parts.append("</div></body></html>")
+        parts += [f"<details id='{key}'><summary>{html.escape(title)}</summary>",
+                  f"<p class='cap'>{html.escape(note)}</p>", html_table(raw[key], highlight=baseline), "</details>"]
+    parts.append("</body></html>")
     return "\n".join(parts)

@@ -1,10 +1,13 @@
 """The results report: Spark SQL over the result datasets, then tables, charts and HTML.
 
-Every aggregate is computed in Spark; only per-configuration rows and
-downsampled time series (at most `MAX_POINTS` buckets per configuration)
-reach the driver. A configuration is the label built from a run's summary
-(store, scenario and the non-empty options); runs and nodes of the same
-configuration are aggregated together. Formulas: docs/spark.md.
+The page tells IEP-113's story first: per scenario the comparison table
+(``bench.scenario_table``, from the per-round frame computed here in Spark SQL),
+its sentence and charts of the compared modes only, then IEP-113's claims with
+a verdict each (``bench.claims``), the peer stores, the torn-page comparison
+against PostgreSQL and InnoDB when ``bench.servers`` is present, and last the
+raw per-configuration tables, folded. Every aggregate is computed in Spark;
+only small frames (one row per configuration, round or second) reach the
+driver. Formulas: docs/spark.md.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import os
 import pandas as pd
 from pyspark.sql import functions as F
 
-from . import charts, htmlpage
-from .results import spark_ddl
+from bench import claims, scenario_table
+from bench.experiment import IEP, MODES, SCENARIOS, THROTTLING
+from bench.schema import spark_ddl
 
-MAX_POINTS = 500
+from . import charts, htmlpage
+
 ABBREV = (("recovery_data", "rd"), ("compression", "codec"), ("wal_mode", "wal"),
           ("throttling", "thr"), ("op_style", "style"))
 
@@ -175,41 +180,6 @@ def ratios(table: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def series(spark) -> pd.DataFrame:
-    """Per configuration and time bucket: cluster throughput, p99, checkpoint-buffer fill."""
-    # the bucket width from the (cached) summaries' durations: no extra scan of the time series
-    top = spark.sql("SELECT max(duration_s) AS m FROM summary_c").collect()[0]["m"] or 0
-    width = max(1, -(-(int(top) + 2) // MAX_POINTS))
-    return spark.sql(f"""
-        WITH per_second AS (
-          SELECT config, run_id, second, sum(thr_s) AS throughput,
-                 sum(p99_s) / nullif(sum(p99_c), 0) AS p99, sum(mean_s) / nullif(sum(mean_c), 0) AS mean_us,
-                 sum(fill_s) / nullif(sum(fill_c), 0) AS cow_fill
-          FROM ts_agg GROUP BY config, run_id, second)
-        SELECT config, CAST(floor(second / {width}) * {width} AS INT) AS second,
-               avg(throughput) AS throughput, avg(p99) AS lat_p99_us, avg(mean_us) AS lat_mean_us,
-               avg(cow_fill) AS cow_fill
-        FROM per_second GROUP BY 1, 2 ORDER BY 1, 2""").toPandas()
-
-
-def wal_by_mode(spark) -> pd.DataFrame:
-    return spark.sql("""
-        SELECT wal_mode, recovery_data, sum(wal_bytes) / nullif(sum(ops), 0) AS wal_bytes_per_op,
-               avg(wal_bytes) AS wal_bytes_per_node
-        FROM summary_c WHERE store = 'pagestore' GROUP BY 1, 2 ORDER BY 1, 2""").toPandas()
-
-
-def recovery_by_codec(spark) -> pd.DataFrame:
-    return spark.sql("""
-        SELECT s.compression AS codec, sum(c.recovery_bytes) / nullif(sum(c.pages), 0) AS bytes_per_page,
-               avg(c.recovery_bytes) AS bytes_per_checkpoint,
-               avg(coalesce(CAST(get_json_object(s.config_json, '$.page_size') AS DOUBLE), 4096))
-                 AS page_size
-        FROM checkpoints_c c JOIN summary_c s ON c.run_id = s.run_id AND c.node = s.node
-        WHERE s.store = 'pagestore' AND s.recovery_data = 'checkpoint' GROUP BY 1 ORDER BY 1
-        """).toPandas()
-
-
 def build_tables(spark, dirs: list, baseline: str | None = None) -> dict:
     """All report tables as pandas frames (small: one row per configuration or run)."""
     register_views(spark, dirs)
@@ -224,25 +194,186 @@ def build_tables(spark, dirs: list, baseline: str | None = None) -> dict:
             "ratios": ratios(table, base), "checkpoint_effect": during, "runs": runs}
 
 
-def write_outputs(tables: dict, figures: dict, out: str, inputs: list) -> str:
+_MODE = ("CASE WHEN recovery_data = 'wal' THEN 'wal' WHEN compression = 'disabled' THEN 'files' "
+         "ELSE 'compressed' END")
+_KEYS = "experiment, scenario, mode, round, throttling"
+
+# The per-round frame of bench.scenario_table.per_round, in Spark SQL (a test holds them equal).
+_ROUNDS_SQL = f"""
+WITH a AS (
+  SELECT {_KEYS}, sum(throughput) AS throughput, avg(lat_p50_us) AS lat_p50_us,
+         avg(lat_p99_us) AS lat_p99_us, avg(lat_p99_ckpt_us) AS lat_p99_ckpt_us,
+         sum(throughput_ckpt) AS throughput_ckpt,
+         sum(wal_bytes) / sum(ops) AS wal_bytes_per_op, sum(disk_write_bytes) / sum(ops) AS disk_bytes_per_op,
+         sum(recovery_bytes) / sum(ops) AS recovery_bytes_per_op, sum(page_bytes) / sum(ops) AS page_bytes_per_op,
+         avg(checkpoints) AS checkpoints, avg(parks) AS parks, max(park_seconds_max) AS park_seconds_max,
+         sum(stalls) AS stalls
+  FROM experiment_runs GROUP BY {_KEYS}),
+c AS (
+  SELECT s.experiment, s.scenario, s.mode, s.round, s.throttling, avg(c.pages) AS pages,
+         sum(c.recovery_bytes) / sum(c.pages) AS recovery_bytes_per_page,
+         avg(c.recovery_write_ms) AS recovery_write_ms, avg(c.page_write_ms) AS page_write_ms,
+         avg(c.fsync_ms) AS fsync_ms, avg(c.total_ms) AS total_ms
+  FROM checkpoints_c c JOIN experiment_runs s ON c.run_id = s.run_id AND c.node = s.node
+  GROUP BY s.experiment, s.scenario, s.mode, s.round, s.throttling)
+SELECT a.*, c.pages, c.recovery_bytes_per_page, c.recovery_write_ms, c.page_write_ms, c.fsync_ms, c.total_ms
+FROM a LEFT JOIN c USING ({_KEYS})
+ORDER BY {_KEYS}
+"""
+
+# One round's runs per second (nodes summed), for the time charts.
+_SECONDS_SQL = """
+SELECT s.scenario, s.mode, s.throttling, t.second, sum(t.throughput) AS throughput,
+       avg(t.lat_p99_us) AS lat_p99_us, sum(t.cow_used) / nullif(sum(t.cow_capacity), 0) AS cow_fill,
+       sum(t.parks) AS parks
+FROM timeseries_c t JOIN experiment_runs s ON t.run_id = s.run_id AND t.node = s.node
+WHERE s.experiment = '{experiment}' AND s.round = {round}
+GROUP BY s.scenario, s.mode, s.throttling, t.second ORDER BY 1, 2, 3, 4
+"""
+
+_SPANS_SQL = """
+SELECT s.scenario, s.mode, c.t_start, c.total_ms, c.pages
+FROM checkpoints_c c JOIN experiment_runs s ON c.run_id = s.run_id AND c.node = s.node
+WHERE s.experiment = '{experiment}' AND s.round = {round} AND c.node = 0 ORDER BY 1, 2, 3
+"""
+
+PEER_COLUMNS = ("lmdb", "rocksdict", "plyvel", "sqlite")
+_PEER_NAMES = {"lmdb_writemap": "lmdb"}
+_PHASES = {"bulk-load": "bulk load (one batch)", "point-get": "random point get", "ordered-scan": "ordered scan"}
+
+
+def per_round(spark) -> pd.DataFrame:
+    """The per-round frame (``bench.scenario_table``) of the IEP-113 experiment and the throttling
+    comparison; empty when the results hold neither."""
+    where = f"experiment IN ('{IEP}', '{THROTTLING}')"
+    # the newest session only (rounds are numbered within a session)
+    spark.sql(f"SELECT *, {_MODE} AS mode FROM summary_c WHERE {where} AND coalesce(session, '') = "
+              f"(SELECT max(coalesce(session, '')) FROM summary_c WHERE {where})") \
+        .createOrReplaceTempView("experiment_runs")
+    df = spark.sql(_ROUNDS_SQL).toPandas()
+    if not df.empty:
+        df["round"] = df["round"].astype("int64")
+    return df
+
+
+def _chart_round(frame: pd.DataFrame, experiment: str):
+    """The round whose runs the time charts show: the middle one (None without any)."""
+    rounds = sorted(set(frame[frame["experiment"] == experiment]["round"]))
+    return rounds[len(rounds) // 2] if rounds else None
+
+
+def peers_table(spark) -> pd.DataFrame:
+    """pagestore against each peer per operation: ops/s and pagestore ÷ peer (median over runs)."""
+    s = spark.sql("SELECT store, scenario, wal_mode, threads, throughput FROM summary_c WHERE experiment = 'peers' "
+                  "AND coalesce(session, '') = (SELECT max(coalesce(session, '')) FROM summary_c "
+                  "WHERE experiment = 'peers')").toPandas()
+    if s.empty:
+        return pd.DataFrame(columns=["operation", "durable", "pagestore"])
+    s["store"] = s["store"].replace(_PEER_NAMES)
+
+    def op(r):
+        if r["scenario"] in _PHASES:
+            return _PHASES[r["scenario"]], "–"
+        if r["wal_mode"] == "fsync":
+            return f"commit per put, {r['threads']} thread{'s' if r['threads'] > 1 else ''}", "yes (fsync)"
+        return f"commit per put, {r['threads']} thread", "no (survives a process kill)"
+
+    s[["operation", "durable"]] = s.apply(lambda r: pd.Series(op(r)), axis=1)
+    # page order: the bulk phases, then commit per put not durable, then durable by thread count
+    s["_o"] = [list(_PHASES).index(sc) if sc in _PHASES else (10 if w != "fsync" else 20) + int(t)
+               for sc, w, t in zip(s["scenario"], s["wal_mode"], s["threads"])]
+    med = s.groupby(["_o", "operation", "durable", "store"])["throughput"].median().unstack("store")
+    rows = []
+    for (_o, operation, durable), r in med.iterrows():
+        row = dict(operation=operation, durable=durable, pagestore=r.get("pagestore"))
+        for peer in PEER_COLUMNS:
+            v = r.get(peer)
+            row[peer] = v
+            row[f"pagestore ÷ {peer}"] = (r.get("pagestore") / v) if v and v == v and r.get("pagestore") else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def servers_section(dirs: list) -> str:
+    """The torn-page comparison's HTML (``bench.servers.section``), when that package is present."""
+    try:
+        from bench.servers import section as servers
+    except ImportError:
+        return ""
+    try:
+        return servers.section(dirs)
+    except Exception as e:   # the rest of the report stands without this section
+        return f"<h2>Torn-page protection against PostgreSQL and InnoDB</h2><p class='note'>not shown: {e!r}</p>"
+
+
+def story(spark, dirs: list) -> dict:
+    """Everything above the raw tables: scenario tables, sentences, charts, claims, peers."""
+    frame = per_round(spark)
+    out = dict(frame=frame, scenarios=[], claims=claims.evaluate(frame) if not frame.empty else [])
+    r = _chart_round(frame, IEP)
+    ts = spark.sql(_SECONDS_SQL.format(experiment=IEP, round=r)).toPandas() if r is not None else pd.DataFrame()
+    spans = spark.sql(_SPANS_SQL.format(experiment=IEP, round=r)).toPandas() if r is not None else pd.DataFrame()
+    n_rounds = len(set(frame[frame["experiment"] == IEP]["round"])) if not frame.empty else 0
+    label = f" (round {r + 1} of {n_rounds})" if r is not None else ""
+    empty_ts = pd.DataFrame(columns=["mode", "second", "throughput", "lat_p99_us", "cow_fill", "parks"])
+    empty_spans = pd.DataFrame(columns=["mode", "t_start", "total_ms", "pages"])
+    for scen in SCENARIOS:
+        tbl = scenario_table.table(frame, scen) if not frame.empty else pd.DataFrame()
+        sts = ts[ts["scenario"] == scen] if not ts.empty else empty_ts
+        ssp = spans[spans["scenario"] == scen] if not spans.empty else empty_spans
+        rounds = scenario_table.scenario_rounds(frame, scen) if not frame.empty else frame
+        out["scenarios"].append(dict(
+            scenario=scen, table=tbl, round_label=label,
+            sentence=scenario_table.sentence(tbl, scen) if not tbl.empty else f"{scen}: not run.",
+            charts=charts.scenario_charts(scen, sts, ssp, rounds, label)))
+    pr = _chart_round(frame, THROTTLING) if not frame.empty else None
+    pts = spark.sql(_SECONDS_SQL.format(experiment=THROTTLING, round=pr)).toPandas() if pr is not None \
+        else pd.DataFrame()
+    out["policy_chart"] = charts.policy_chart(pts, "Throughput under the two throttling policies — extreme, "
+                                                   "recovery files + lz4" + (f" (round {pr + 1})" if pr is not None else ""))
+    out["peers"] = peers_table(spark)
+    out["servers_html"] = servers_section(dirs)
+    return out
+
+
+def flat_scenario_table(tbl: pd.DataFrame) -> pd.DataFrame:
+    """A scenario table with its ratio columns as text (for CSV and Markdown)."""
+    if tbl.empty:
+        return tbl
+    out = tbl[["parameter"] + [k for k, _t, _o in MODES]].copy()
+    out.columns = ["parameter"] + [t for _k, t, _o in MODES]
+    out["files ÷ WAL"] = [scenario_table.ratio_text(r) for r in tbl["files_ratio"]]
+    out["lz4 ÷ WAL"] = [scenario_table.ratio_text(r) for r in tbl["compressed_ratio"]]
+    return out
+
+
+def write_outputs(tables: dict, told: dict, out: str, inputs: list) -> str:
     """CSV + Markdown per table, PNG per chart, and the one self-contained HTML; returns its path."""
     os.makedirs(out, exist_ok=True)
     frames = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
+    for sc in told["scenarios"]:
+        frames[f"iep_{sc['scenario']}"] = flat_scenario_table(sc["table"])
+    frames["claims"] = pd.DataFrame(told["claims"], columns=["claim", "iep", "measured", "verdict", "why"])
+    frames["peers"] = told["peers"]
+    frames["per_round"] = told["frame"]
     for name, df in frames.items():
         df.to_csv(os.path.join(out, f"{name}.csv"), index=False)
         with open(os.path.join(out, f"{name}.md"), "w") as f:
             f.write(htmlpage.markdown_table(df))
-    for name, png in figures.items():
-        with open(os.path.join(out, f"{name}.png"), "wb") as f:
-            f.write(png)
+    for sc in told["scenarios"]:
+        for name, png in sc["charts"].items():
+            with open(os.path.join(out, f"{sc['scenario']}-{name}.png"), "wb") as f:
+                f.write(png)
+    with open(os.path.join(out, "throttling-policies.png"), "wb") as f:
+        f.write(told["policy_chart"])
     path = os.path.join(out, "report.html")
+    raw = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
     with open(path, "w") as f:
-        f.write(htmlpage.render(frames, figures, baseline=tables["baseline"], inputs=inputs))
+        f.write(htmlpage.render(told, raw, baseline=tables["baseline"], inputs=inputs))
     return path
 
 
 def report(spark, dirs: list, out: str, baseline: str | None = None) -> str:
     """Run the whole report; returns the HTML path."""
     tables = build_tables(spark, dirs, baseline)
-    figures = charts.render_all(series(spark), wal_by_mode(spark), recovery_by_codec(spark))
-    return write_outputs(tables, figures, out, dirs)
+    return write_outputs(tables, story(spark, dirs), out, dirs)

@@ -6,7 +6,7 @@ workload partition it is handed (it counts the partition's operations). The
 distributed run is tested with it, and `python -m bench.spark run
 --runner bench.spark.synth:runner` is a dry run of a cluster without a store.
 `write_results` writes a large synthetic results directory (the report's
-performance bar is measured on one). Figures are plausible, not measured.
+speed is measured on one). Figures are plausible, not measured.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .generate import OP_COMMIT, OP_PUT, PartitionReader
-from .results import SCHEMAS, write_table
+from bench.results import write_table
+from bench.schema import SCHEMAS
 
 PAGE = 4096
 _CODEC_RATIO = {"disabled": 1.0, "skip_garbage": 0.7, "snappy": 0.45, "lz4": 0.42, "zstd": 0.3}
@@ -38,6 +39,13 @@ def config_matrix(n: int) -> list:
     pages = [c for c in out if c["store"] == "pagestore"]
     chosen = pages[: max(0, n - 2)] + out[: min(2, n)]
     return chosen[:n]
+
+
+def _arrow(dataset: str, cols: dict) -> pa.Table:
+    """Columns as a table of the dataset's schema; a column the generator does not fake is null."""
+    n = len(next(iter(cols.values())))
+    full = {f.name: cols.get(f.name, [None] * n) for f in SCHEMAS[dataset]}
+    return pa.table(full, schema=SCHEMAS[dataset])
 
 
 def _rng(run_id: str, node: int) -> np.random.Generator:
@@ -117,7 +125,7 @@ def runner(config: dict, workload, node: int) -> dict:
     seconds = int(config.get("duration_s", 10))
     cols = node_rows(config["run_id"], node, cfg, seconds,
                      put_share=counts.get(OP_PUT, 0) / max(1, data_ops), ops_hint=data_ops)
-    rows = {name: pa.table(cols[name], schema=SCHEMAS[name]).to_pylist() for name in SCHEMAS}
+    rows = {name: _arrow(name, cols[name]).to_pylist() for name in SCHEMAS}
     return {"timeseries": rows["timeseries"], "checkpoints": rows["checkpoints"],
             "summary": rows["summary"][0]}
 
@@ -134,7 +142,40 @@ def write_results(out: str, rows: int = 1_000_000, configs: int = 10, runs: int 
             run_ids.append(run_id)
             parts = [node_rows(run_id, n, cfg, seconds) for n in range(nodes)]
             for name in SCHEMAS:
-                tables = [pa.table(p[name], schema=SCHEMAS[name]) for p in parts]
+                tables = [_arrow(name, p[name]) for p in parts]
                 write_table(out, name, pa.concat_tables(tables))
     return {"configs": len(matrix), "runs": len(run_ids), "nodes": nodes, "seconds": seconds,
             "timeseries_rows": seconds * len(run_ids) * nodes}
+
+
+def write_iep_results(out: str, rounds: int = 3, seconds: int = 12, nodes: int = 1) -> dict:
+    """The IEP-113 experiment, the throttling comparison and a few peer rows, synthetic (for the
+    report's tests): the layout ``python -m bench quick`` writes, with plausible figures."""
+    from bench.experiment import IEP, MODES, POLICIES, SCENARIOS, THROTTLING
+    runs = []
+    for r in range(rounds):
+        for scen in SCENARIOS:
+            for key, _title, opts in MODES:
+                cfg = dict(store="pagestore", scenario=scen, recovery_data=opts["recovery_data"],
+                           compression=opts["recovery_compression"], wal_mode="log_only", throttling="default",
+                           op_style="atomic", threads=1)
+                runs.append((f"i{r}-{scen}-{key}", cfg, IEP, r))
+        if r < 2:
+            for pol in POLICIES:
+                cfg = dict(store="pagestore", scenario="extreme", recovery_data="checkpoint", compression="lz4",
+                           wal_mode="log_only", throttling=pol, op_style="atomic", threads=1)
+                runs.append((f"t{r}-{pol}", cfg, THROTTLING, r))
+    for store in ("pagestore", "lmdb", "sqlite"):
+        for wal, threads in (("log_only", 1), ("fsync", 1), ("fsync", 4)):
+            cfg = dict(store=store, scenario="full-speed", recovery_data="", compression="", wal_mode=wal,
+                       throttling="", op_style="atomic", threads=threads)
+            runs.append((f"p-{store}-{wal}-{threads}", cfg, "peers", None))
+    for run_id, cfg, experiment, rnd in runs:
+        parts = [node_rows(run_id, n, cfg, seconds) for n in range(nodes)]
+        for p in parts:
+            p["summary"]["experiment"] = [experiment]
+            p["summary"]["round"] = [rnd]
+            p["summary"]["session"] = ["q-synthetic"]
+        for name in SCHEMAS:
+            write_table(out, name, pa.concat_tables([_arrow(name, p[name]) for p in parts]))
+    return {"runs": len(runs), "rounds": rounds, "nodes": nodes, "seconds": seconds}

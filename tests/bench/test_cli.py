@@ -47,3 +47,50 @@ def test_run_on_a_peer_writes_results(tmp_path, capsys):
                  "--results", str(tmp_path), "--json"]) == 0
     assert '"store": "lmdb_writemap"' in capsys.readouterr().out
     assert (tmp_path / "summary").is_dir() and (tmp_path / "timeseries").is_dir()
+
+
+def _imports(module_path: str) -> set:
+    import ast
+    tree = ast.parse(open(module_path).read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_commands_do_not_import_the_cli_back():
+    root = __file__.rsplit("/tests/", 1)[0]
+    assert "bench.commands" in _imports(f"{root}/bench/cli.py")
+    assert not {m for m in _imports(f"{root}/bench/commands.py") if m == "bench.cli"}
+
+
+def test_no_python_program_is_run_from_a_string_literal():
+    root = __file__.rsplit("/tests/", 1)[0]
+    out = subprocess.run(["grep", "-rnE", r"executable, \"-c\"|'-c',|\"-c\", ", "bench/", "--include=*.py"],
+                         capture_output=True, text=True, cwd=root)
+    assert out.stdout == ""
+
+
+def test_help_names_every_peer_comparison():
+    root = __file__.rsplit("/tests/", 1)[0]
+    top = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, cwd=root)
+    peers = subprocess.run([sys.executable, "-m", "bench", "peers", "--help"], capture_output=True, text=True,
+                           cwd=root)
+    for what in ("durable", "txn"):
+        assert what in top.stdout
+        assert what in peers.stdout
+
+
+def test_peers_txn_prints_the_ratios_and_keeps_them(tmp_path, capsys):
+    import json
+    assert main(["peers", "--what", "txn", "--n", "2000", "--rounds", "1", "--quiet",
+                 "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "full scan through a snapshot / LMDB cursor" in out
+    assert "transaction of 10 puts / LMDB write txn of 10" in out
+    kept = json.loads((tmp_path / "peers.json").read_text())["txn"]
+    assert len(kept["rounds"]) == 1 and set(kept["ratios"]) == {
+        "full scan through a snapshot / LMDB cursor", "transaction of 10 puts / LMDB write txn of 10"}

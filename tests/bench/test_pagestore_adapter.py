@@ -49,6 +49,9 @@ class FakeDB:
     def checkpoint(self):
         self.checkpoints += 1
 
+    def checkpoint_state(self):
+        return False, self.checkpoints
+
     def stats(self):
         return {"checkpoints": self.checkpoints, "wal_bytes_written": 130 * self.puts}
 

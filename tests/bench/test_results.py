@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench import results as res
+from bench.schema import SCHEMAS
 from bench.runner import run
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results-schema.md")
@@ -20,7 +21,7 @@ def documented_columns() -> dict:
     out, current = {}, None
     for line in open(DOC):
         m = re.match(r"^##+ .*`(\w+)`", line)
-        if m and m.group(1) in res.SCHEMAS:
+        if m and m.group(1) in SCHEMAS:
             current = m.group(1)
             out.setdefault(current, {})
         elif line.startswith("### Added columns of `summary`"):
@@ -47,7 +48,7 @@ def written(tmp_path_factory):
 def test_doc_and_writer_agree_on_every_column():
     doc = documented_columns()
     assert set(doc) == {"timeseries", "checkpoints", "summary"}
-    for name, schema in res.SCHEMAS.items():
+    for name, schema in SCHEMAS.items():
         assert {f.name: f.type for f in schema} == doc[name], name
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench.stores import open_store, pagestore_available
+from bench.stores import batches, count_rows, open_store, pagestore_available
 from bench.workload import ValuePool, make_keys
 
 import numpy as np
@@ -51,3 +51,13 @@ def test_adapter_round_trip(tmp_path, name, wal_mode):
 def test_unknown_store_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown store"):
         open_store("berkeleydb", str(tmp_path), {})
+
+
+def test_a_bulk_load_is_cut_into_batches_that_keep_every_pair_in_order():
+    assert [list(b) for b in batches(iter(range(7)), 3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(batches([], 3)) == []
+
+
+@pytest.mark.parametrize("n,visited", [(None, 5), (3, 3), (9, 5)])
+def test_a_scan_counts_the_rows_it_visits_up_to_n(n, visited):
+    assert count_rows(iter("abcde"), n) == visited

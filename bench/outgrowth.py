@@ -1,0 +1,283 @@
+"""Data that outgrows page memory: random inserts, then random gets, beside the peers.
+
+pagestore keeps its pages in a page memory of ``memory_size`` bytes and cleans
+dirty pages only by checkpointing them; LMDB, RocksDB and LevelDB lean on the
+operating system's page cache and have no such edge. This scenario loads
+random 16-byte keys with 100-byte values in batches of 5,000 until the data is
+a chosen multiple of pagestore's page memory (4x and 10x by default), then
+reads random loaded keys, into each store in turn, and prints each store's
+rate with its ratio to LMDB and RocksDB.
+
+    python -m bench.outgrowth                        # 4x and 10x of 64 MiB
+    python -m bench.outgrowth --memory-size 256 --ratios 4
+    python -m bench.outgrowth --keys 4000000 --memory-size default
+
+Non-durable settings throughout (a write survives a process kill, not a power
+loss): pagestore ``log_only``, LMDB with ``writemap`` and no sync, RocksDB
+(rocksdict) and LevelDB (plyvel) without sync. LMDB reads in one read
+transaction. With ``--results DIR`` every figure is also written as ``summary``
+rows (``scenario`` = ``outgrows-memory``, ``op_style`` = ``load`` / ``get``,
+``setting`` naming the data-to-memory ratio, details in ``config_json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+
+MiB = 1 << 20
+KEY, VALUE, BATCH = 16, 100, 5_000
+# bytes of store per key the data size counts: key, value and ~30 bytes of
+# each store's per-entry overhead (a 4 M-key pagestore holds ~600 MB)
+ENTRY = 150
+STORES = ("pagestore", "lmdb", "rocksdict", "plyvel")
+LABELS = {"pagestore": "pagestore", "lmdb": "LMDB", "rocksdict": "RocksDB", "plyvel": "LevelDB"}
+SCENARIO = "outgrows-memory"
+
+
+class Workload:
+    """The keys and values of one run: drawn once, the same for every store."""
+
+    def __init__(self, keys: int, gets: int, seed: int = 26):
+        rnd = random.Random(seed)
+        self.keys = keys
+        self.key_bytes = rnd.randbytes(KEY * keys)
+        self.value_pool = rnd.randbytes(VALUE * 1024)
+        picks = [rnd.randrange(keys) for _ in range(gets)]
+        self.get_keys = [self.key(i) for i in picks]
+
+    def key(self, i: int) -> bytes:
+        return self.key_bytes[KEY * i:KEY * i + KEY]
+
+    def batches(self):
+        """Lists of (key, value) of BATCH pairs, in load order."""
+        pool, step = self.value_pool, VALUE
+        for first in range(0, self.keys, BATCH):
+            yield [(self.key(i), pool[(i % 1021) * step:(i % 1021) * step + step])
+                   for i in range(first, min(first + BATCH, self.keys))]
+
+
+class Peer:
+    """One store under test: ``load(batch)``, ``get_all(keys)``, ``facts()``, ``close()``."""
+
+    def __init__(self, name: str, path: str, memory_size: int | None):
+        self.name = name
+        if name == "pagestore":
+            import pagestore
+            options = {"wal_mode": "log_only"}
+            if memory_size is not None:
+                options["memory_size"] = memory_size
+            self.db = db = pagestore.open(path, **options)
+            too_large = pagestore.TransactionTooLargeError
+            fits = [BATCH]          # the largest batch known to fit page memory
+
+            def load(batch):
+                # a batch larger than a small page memory holds uncommitted is
+                # split, as the error advises (a failed batch changed nothing),
+                # and later batches are cut to the size that fitted
+                step = fits[0]
+                for i in range(0, len(batch), step):
+                    part = batch[i:i + step]
+                    try:
+                        db.put_many(part)
+                    except too_large:
+                        if len(part) < 2:
+                            raise
+                        fits[0] = len(part) // 2
+                        load(part)
+
+            self.load = load
+            get = db.get
+            self.get_all = lambda keys: sum(get(k) is not None for k in keys)
+        elif name == "lmdb":
+            import lmdb
+            self.db = env = lmdb.open(path, map_size=64 << 30, writemap=True, sync=False,
+                                      metasync=False, map_async=True)
+
+            def load(batch):
+                with env.begin(write=True) as t:
+                    t.cursor().putmulti(batch)
+
+            def get_all(keys):
+                with env.begin() as t:     # one read transaction, as LMDB is meant to be read
+                    get = t.get
+                    return sum(get(k) is not None for k in keys)
+
+            self.load, self.get_all = load, get_all
+        elif name == "rocksdict":
+            import rocksdict
+            opts = rocksdict.Options(raw_mode=True)
+            opts.create_if_missing(True)
+            self.db = db = rocksdict.Rdict(path, opts)
+            write_batch = rocksdict.WriteBatch
+
+            def load(batch):
+                wb = write_batch(raw_mode=True)
+                for k, v in batch:
+                    wb.put(k, v)
+                db.write(wb)
+
+            get = db.get
+            self.load = load
+            self.get_all = lambda keys: sum(get(k) is not None for k in keys)
+        elif name == "plyvel":
+            import plyvel
+            self.db = db = plyvel.DB(path, create_if_missing=True)
+
+            def load(batch):
+                with db.write_batch() as wb:
+                    for k, v in batch:
+                        wb.put(k, v)
+
+            get = db.get
+            self.load = load
+            self.get_all = lambda keys: sum(get(k) is not None for k in keys)
+        else:
+            raise ValueError(f"unknown store {name!r}; choose from {', '.join(STORES)}")
+
+    def facts(self) -> dict:
+        """pagestore's page-memory figures after the run (nothing for the peers)."""
+        if self.name != "pagestore":
+            return {}
+        s = self.db.stats()
+        keep = ("page_memory_size", "page_memory_used", "page_memory_resident", "page_loads",
+                "evictions", "checkpoints", "stalls", "nomem_waits", "parks")
+        return {k: s[k] for k in keep if k in s}
+
+    def close(self):
+        self.db.close()
+
+
+def measure(name: str, work: Workload, memory_size: int | None, data_dir: str | None) -> dict:
+    """Load every key in batches, then read the sampled keys: seconds of each."""
+    path = tempfile.mkdtemp(prefix=f"outgrow-{name}-", dir=data_dir)
+    try:
+        peer = Peer(name, path, memory_size)
+        try:
+            load_s = 0.0
+            for batch in work.batches():
+                t = time.perf_counter()
+                peer.load(batch)
+                load_s += time.perf_counter() - t
+            t = time.perf_counter()
+            found = peer.get_all(work.get_keys)
+            get_s = time.perf_counter() - t
+            if found != len(work.get_keys):
+                raise RuntimeError(f"{name}: {len(work.get_keys) - found} loaded keys not found")
+            facts = peer.facts()
+        finally:
+            peer.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    return {"store": name, "load_s": load_s, "get_s": get_s,
+            "load_per_s": work.keys / load_s, "get_per_s": len(work.get_keys) / get_s, **facts}
+
+
+def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print) -> list:
+    """Each case is (label, keys, memory_size or None): every store in turn on
+    the same keys. Returns one dict per (case, store)."""
+    out = []
+    for label, keys, memory_size in cases:
+        work = Workload(keys, min(gets, keys))
+        for name in stores:
+            try:
+                r = measure(name, work, memory_size, data_dir)
+            except ImportError as e:
+                say(f"  {LABELS.get(name, name)}: not installed ({e})")
+                continue
+            r.update(case=label, keys=keys, memory_size=memory_size)
+            say(f"  {label:<28} {LABELS.get(name, name):<10} load {r['load_per_s']:>10,.0f}/s"
+                f"   gets {r['get_per_s']:>10,.0f}/s")
+            out.append(r)
+    return out
+
+
+def table(rows) -> str:
+    """Markdown table: per case and store, rates and their ratios to LMDB and RocksDB."""
+    lines = ["| case | store | load /s | ×LMDB | ×RocksDB | gets /s | ×LMDB | ×RocksDB |",
+             "|---|---|---|---|---|---|---|---|"]
+    by_case = {}
+    for r in rows:
+        by_case.setdefault(r["case"], {})[r["store"]] = r
+
+    def ratio(r, peer, key):
+        return f"{r[key] / peer[key]:.2f}" if peer else "—"
+
+    for case, stores in by_case.items():
+        lm, rd = stores.get("lmdb"), stores.get("rocksdict")
+        for name, r in stores.items():
+            lines.append(f"| {case} | {LABELS.get(name, name)} | {r['load_per_s']:,.0f} | "
+                         f"{ratio(r, lm, 'load_per_s')} | {ratio(r, rd, 'load_per_s')} | "
+                         f"{r['get_per_s']:,.0f} | {ratio(r, lm, 'get_per_s')} | "
+                         f"{ratio(r, rd, 'get_per_s')} |")
+    return "\n".join(lines)
+
+
+def summary_rows(rows, run_id: str) -> list:
+    """The figures as rows of the bench's ``summary`` dataset (bench/schema.py)."""
+    out = []
+    for r in rows:
+        extra = {k: v for k, v in r.items() if k not in ("store", "case", "load_s", "get_s",
+                                                           "load_per_s", "get_per_s")}
+        for style, secs, ops in (("load", r["load_s"], r["keys"]), ("get", r["get_s"], None)):
+            ops = ops if ops is not None else round(r["get_per_s"] * r["get_s"])
+            out.append({"run_id": run_id, "node": 0, "store": r["store"], "scenario": SCENARIO,
+                        "experiment": SCENARIO, "op_style": style, "threads": 1,
+                        "duration_s": secs, "ops": ops, "throughput": ops / secs,
+                        "wal_mode": "log_only", "setting": r["case"],
+                        "config_json": json.dumps(extra, sort_keys=True)})
+    return out
+
+
+def default_memory_size() -> int:
+    """The page memory a store opened with default options has (its stats say)."""
+    import pagestore
+    with tempfile.TemporaryDirectory(prefix="outgrow-probe-") as d:
+        with pagestore.open(d) as db:
+            return db.stats()["page_memory_size"]
+
+
+def cases_from(args) -> list:
+    """(label, keys, memory_size) per requested ratio, or the one --keys case."""
+    if args.memory_size == "default":
+        memory = None
+        sized = default_memory_size()
+        mem_label = f"default memory_size ({sized / MiB:,.0f} MiB)"
+    else:
+        memory = sized = int(float(args.memory_size) * MiB) // 4096 * 4096
+        mem_label = f"memory_size {sized / MiB:,.0f} MiB"
+    if args.keys:
+        data = args.keys * ENTRY
+        return [(f"{args.keys:,} keys, {mem_label} (data {data / sized:.1f}x)", args.keys, memory)]
+    return [(f"data {ratio:g}x page memory, {mem_label}", int(ratio * sized // ENTRY), memory)
+            for ratio in args.ratios]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.outgrowth", description=__doc__.split("\n\n")[0])
+    p.add_argument("--memory-size", default="64",
+                   help="pagestore's page memory in MiB, or 'default' (default: 64)")
+    p.add_argument("--ratios", type=lambda s: [float(x) for x in s.split(",")], default=[4.0, 10.0],
+                   help="data size as multiples of page memory, comma-separated (default: 4,10)")
+    p.add_argument("--keys", type=int, default=0, help="load this many keys instead of --ratios")
+    p.add_argument("--gets", type=int, default=300_000, help="random gets after the load")
+    p.add_argument("--stores", default=",".join(STORES), help="comma-separated subset of " + ", ".join(STORES))
+    p.add_argument("--data-dir", default=None, help="where the stores are created (default: system temp)")
+    p.add_argument("--results", default=None, help="write summary rows into this results directory")
+    args = p.parse_args(argv)
+    stores = [s for s in args.stores.split(",") if s]
+    rows = run(cases_from(args), stores, args.gets, args.data_dir)
+    print()
+    print(table(rows))
+    if args.results:
+        from bench.results import new_run_id, write_dataset
+        write_dataset(args.results, "summary", summary_rows(rows, new_run_id()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
