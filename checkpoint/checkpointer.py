@@ -68,8 +68,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from pagestore.wal.contracts import WalHandle
+
 from . import pool
+from .attempt import Attempt, RecordingSource, backoff
+from .steps import CheckpointSteps
 from .compression import PageCodec
+from .contracts import PageSink, PageSource, RecoveryFraming
 from .pacing import Pacer
 from .format import END, START, Marker, parse_name
 from .markers import cp_dir, read_marker, remove_quietly, scan, write_marker
@@ -96,12 +101,14 @@ class CheckpointerError(Exception):
     """The checkpointer cannot start, or an earlier checkpoint failed."""
 
 
-class Checkpointer:
+class Checkpointer(CheckpointSteps):
     """A background checkpoint thread plus a pool of `threads` writers.
 
     `dirpath` is the store directory; markers and recovery files go to its
-    `cp/`. `source`/`sink` follow docs/architecture.md; `wal` has
-    `flush(lsn)` and `trim(lsn)`. `clock` is injected (seconds, monotonic)
+    `cp/`. `source`, `sink` and `wal` are a `PageSource`, a `PageSink` and
+    a `wal.WalHandle` (contracts.py, wal/contracts.py); `framing`, when given, is the
+    `RecoveryFraming` fast path for recovery-file records (None: the Python
+    framing). `clock` is injected (seconds, monotonic)
     so tests can drive the interval trigger. `cipher` (an object with
     `seal(data, context)`, pagestore.cipher.Cipher) seals every recovery
     record. `first_checkpoint_id` is a floor for the next id (the directory
@@ -111,12 +118,14 @@ class Checkpointer:
     so a test with a frozen `clock` leaves `spread` at 0.
     """
 
-    def __init__(self, fs, dirpath: str, source, sink, wal, *, threads: int = DEFAULT_THREADS,
+    def __init__(self, fs, dirpath: str, source: PageSource, sink: PageSink, wal: WalHandle, *,
+                 threads: int = DEFAULT_THREADS,
                  interval: float | None = DEFAULT_INTERVAL, compression: str = "skip_garbage",
                  compression_level: int | None = None, recovery_data: str = "checkpoint",
                  clock=time.monotonic, chunk_pages: int = DEFAULT_CHUNK_PAGES,
                  copy_first_fraction: float = COPY_FIRST_FRACTION, cipher=None,
-                 first_checkpoint_id: int = 1, autostart: bool = True, spread: float = 0.0):
+                 first_checkpoint_id: int = 1, autostart: bool = True, spread: float = 0.0,
+                 framing: RecoveryFraming | None = None):
         if recovery_data not in ("checkpoint", "wal"):
             raise ValueError(f"recovery_data must be 'checkpoint' or 'wal', got {recovery_data!r}")
         if threads < 1 or chunk_pages < 1:
@@ -125,6 +134,7 @@ class Checkpointer:
             raise ValueError(f"spread must be in [0, 1], got {spread!r}")
         self.spread = spread
         self.fs, self.source, self.sink, self.wal = fs, source, sink, wal
+        self.framing = framing
         self.cpdir = cp_dir(dirpath)
         self.page_size = source.page_size
         self.codec = PageCodec(compression, compression_level, self.page_size)
@@ -153,8 +163,14 @@ class Checkpointer:
         self._requested = self._done = 0
         self._begun = 0             # requests covered by the checkpoint that began last
         self._reasons: list[str] = []
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None   # the last try's failure (None once one succeeds)
         self._stopping = False
+        # A begun checkpoint that failed is resumed (attempt.py) after a backoff
+        # on real time; requests made up to a failure are answered by it.
+        self._attempt: Attempt | None = None
+        self._retry_at = 0.0
+        self._failed_upto = 0
+        self._failures = self._consecutive = 0
         # Set by any request (and by close) made while a checkpoint runs, and by
         # `hurry`: a paced page phase then goes full speed (pacing.py).
         self._hurry = threading.Event()
@@ -173,7 +189,7 @@ class Checkpointer:
         since the running one's page set was fixed at its begin.
         """
         with self._cond:
-            self._raise_if_failed()
+            self._raise_if_dead()
             self._requested += 1
             self._reasons.append(reason)
             self._hurry_now("request")
@@ -206,10 +222,13 @@ class Checkpointer:
         if not wait:
             return None
         with self._cond:
-            if not self._cond.wait_for(lambda: self._done >= ticket or self._error is not None, timeout):
+            if not self._cond.wait_for(lambda: self._done >= ticket or self._failed_upto >= ticket
+                                       or self._dead(), timeout):
                 raise TimeoutError(f"checkpoint not finished within {timeout} s")
+            if self._done >= ticket:
+                return self._totals["last_checkpoint"]
             self._raise_if_failed()
-            return self._totals["last_checkpoint"]
+            raise CheckpointerError("checkpoint failed")
 
     def start(self) -> None:
         """Start the background thread (idempotent; `autostart` does it at construction)."""
@@ -220,8 +239,10 @@ class Checkpointer:
     def close(self, final_checkpoint: bool = True) -> None:
         """Stop the thread and pool; first run a final checkpoint (clean close)."""
         try:
-            if final_checkpoint and self._error is None and not self._stopping:
+            if final_checkpoint and not self._dead() and not self._stopping:
                 self.start()
+                with self._cond:
+                    self._retry_at = 0.0        # no backoff for the last try
                 self.checkpoint(wait=True, reason="close")
         finally:
             with self._cond:
@@ -231,6 +252,16 @@ class Checkpointer:
             if self._thread.is_alive():
                 self._thread.join()
             self._pool.shutdown(wait=True)
+
+    def _dead(self) -> bool:
+        # a SimulatedCrash (not an Exception): the "process" is dead
+        return self._error is not None and not isinstance(self._error, Exception)
+
+    def _raise_if_dead(self) -> None:
+        if self._dead():
+            raise self._error
+        if self._stopping:
+            raise CheckpointerError("checkpointer is closed")
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -250,107 +281,73 @@ class Checkpointer:
         while True:
             with self._cond:
                 while True:
-                    if self._requested > self._done:
+                    due = time.monotonic() >= self._retry_at
+                    if due and (self._requested > self._done or self._attempt is not None):
                         break
                     if self._stopping:
                         return
                     left = self._interval_due()
-                    if left is not None and left <= 0:
+                    if due and left is not None and left <= 0:
                         self._reasons.append("interval")
                         break
                     # Poll at least once a second so an injected clock that
                     # jumps forward is noticed.
-                    self._cond.wait(None if left is None else min(left, 1.0))
-                covering = self._begun = self._requested
-                reason = ",".join(dict.fromkeys(self._reasons))
-                self._reasons.clear()
+                    waits = [x for x in (left, None if due else self._retry_at - time.monotonic())
+                             if x is not None]
+                    self._cond.wait(min(max(min(waits), 0.0), 1.0) if waits else None)
+                attempt = self._attempt
+                if attempt is None:
+                    covering = self._begun = self._requested
+                    reason = ",".join(dict.fromkeys(self._reasons))
+                    self._reasons.clear()
+                else:
+                    covering, reason = attempt.covering, attempt.stats["reason"]
                 if not self._stopping:
                     self._hurry.clear()     # `_hurry_now` names the next hurry's reason
             try:
-                self._run(reason)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+                self._run(reason, covering)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiter, then retried
                 with self._cond:
                     self._error = exc
                     self._progress.running = False
                     self._progress.set_phase("idle")
+                    self._failures += 1
+                    self._consecutive += 1
+                    self._retry_at = time.monotonic() + backoff(self._consecutive)
+                    self._failed_upto = self._requested
                     self._cond.notify_all()
-                return
+                    if self._dead() or self._stopping:
+                        return
+                continue
             with self._cond:
-                self._done = covering
+                self._done = max(self._done, covering)
+                self._error, self._consecutive = None, 0
                 self._last_end = self.clock()
                 self._cond.notify_all()
 
     # -- one checkpoint ---------------------------------------------------
-    def _run(self, reason: str) -> dict:
-        fs, clock, cid = self.fs, self.clock, self._next_id
-        self._next_id += 1
-        t0 = clock()
-        stats = {"checkpoint_id": cid, "reason": reason, "recovery_data": self.recovery_data,
-                 "compression": self.codec.name, "recovery_files": 0, "recovery_bytes": 0,
-                 "gap_fallbacks": 0, "priority_chunks": 0, "recovery_write_seconds": 0.0}
-        fsync = 0.0
+    def _run(self, reason: str, covering: int) -> dict:
+        fs, clock, fsync = self.fs, self.clock, 0.0
+        a = self._attempt
+        if a is None:
+            a = self._attempt = self._begin(reason, covering)
+        else:                                   # resuming (attempt.py)
+            with self._progress.lock:
+                p = self._progress
+                p.running, p.checkpoint_pages, p.pages_written = True, len(a.page_ids), len(a.released)
+        cid, page_ids, lsn, stats, t0 = a.cid, a.page_ids, a.lsn, a.stats, a.t0
+        if not a.started:
+            fsync = self._before_start(a)
+            a.started = True
 
-        # Step 1: the source snapshots its dirty set under the checkpoint write
-        # lock and logs the CHECKPOINT record; it measures the hold itself.
-        self._progress.set_phase("begin")
-        snap = self.source.begin(cid)
-        # Writers copy-on-write from the moment begin releases its lock: the
-        # throttle must see this checkpoint running before anything else here
-        # (sorting 30,000 ids took long enough for a writer to fill a 1 MiB
-        # buffer while the policies, seeing no checkpoint, let it).
-        n = len(snap.page_ids)
-        with self._progress.lock:
-            p = self._progress
-            p.running, p.checkpoint_pages, p.pages_written = True, n, 0
-            # With no recovery phase the throttle's progress formula must see
-            # it as done, or it would throttle against work that never comes.
-            p.recovery_pages_written = 0 if self.recovery_data == "checkpoint" else n
-        page_ids = sorted(snap.page_ids)   # O(n) when already sorted, as promised
-        lsn = snap.wal_lsn
-        stats.update(pages=len(page_ids), wal_lsn=lsn, lock_seconds=snap.lock_seconds)
-        fs.crash_point("checkpoint.after_lock")
-
-        # Step 2: the replay pointer must be durable before START names it.
-        t = clock()
-        self.wal.flush(lsn)
-        stats["wal_flush_seconds"] = clock() - t
-        fs.crash_point("checkpoint.after_wal_fsync")
-
-        # Step 3: the previous checkpoint is complete (END durable), so its
-        # recovery files, and those of attempts that crashed before START,
-        # are no longer needed.
-        t = clock()
-        for name in fs.listdir(self.cpdir):
-            parsed = parse_name(name)
-            if parsed is not None and parsed[1] == "RECOVERY" and parsed[0] != cid:
-                remove_quietly(fs, f"{self.cpdir}/{name}")
-        stats["recovery_delete_seconds"] = clock() - t
-        t = clock()                                   # the write phase alone, as IEP-113 reports it
-        if self.recovery_data == "checkpoint" and page_ids:
-            self._progress.set_phase("recovery_files")
-            r = pool.write_recovery_files(self._pool, fs, self.cpdir, self.source, self.codec, cid, page_ids,
-                                          workers=self.threads, chunk_pages=self.chunk_pages,
-                                          page_size=self.page_size, progress=self._progress, clock=clock,
-                                          cipher=self.cipher)
-            td = clock()
-            fs.fsync_dir(self.cpdir)                  # the new files' names
-            fsync += r["fsync_seconds"] + clock() - td
-            stats.update(recovery_files=r["files"], recovery_bytes=r["bytes"], gap_fallbacks=r["gap_fallbacks"])
-            stats["recovery_write_seconds"] = clock() - t
-        self.state = "RECOVERY_FILES_SYNCED"
-        fs.crash_point("checkpoint.after_recovery_fsync")
-
-        # Step 4 (invariant 2: every recovery file is durable by now).
-        start = Marker(START, cid, lsn, len(page_ids), self._last_lsn, stats["recovery_files"], self.recovery_data)
-        write_marker(fs, self.cpdir, start)
-        self.state = "START_WRITTEN"
-        fs.crash_point("checkpoint.after_start_marker")
-
-        # Step 5 (invariant 1: START is durable by now).
+        # Step 5 (invariant 1: START is durable by now); a resumed try
+        # writes what the failed one did not release.
+        todo = a.remaining()
         self._progress.set_phase("pages")
-        pacer = self._pacer(reason, t0, len(page_ids))
+        pacer = self._pacer(reason, t0, len(todo))
         t = clock()
-        w = pool.write_pages(self._pool, fs, self.source, self.sink, page_ids, workers=self.threads,
+        w = pool.write_pages(self._pool, fs, RecordingSource(self.source, a), self.sink, todo,
+                             workers=self.threads,
                              chunk_pages=self.chunk_pages, page_size=self.page_size,
                              progress=self._progress, copy_first_fraction=self.copy_first_fraction,
                              pacer=pacer)
@@ -373,16 +370,17 @@ class Checkpointer:
                                              stats["recovery_files"], self.recovery_data))
         self.state = "END_WRITTEN"
         fs.crash_point("checkpoint.after_end_marker")
-        usage = self.source.checkpoint_buffer() if hasattr(self.source, "checkpoint_buffer") else None
+        usage = self.source.checkpoint_buffer()
         self.source.finish()
         self.wal.trim(lsn if self.recovery_data == "checkpoint" else self._last_lsn)
         fs.crash_point("checkpoint.after_wal_trim")
         self._last_lsn = lsn
+        self._attempt = None
         self._prune_markers(cid)
         self.state = "IDLE"
 
         stats.update(page_bytes=len(page_ids) * self.page_size, fsync_seconds=fsync,
-                     total_seconds=clock() - t0, cow_peak=usage[2] if usage else None)
+                     total_seconds=clock() - t0, cow_peak=usage[2])
         self._account(stats)
         return stats
 
@@ -395,13 +393,11 @@ class Checkpointer:
         deadline = t0 + self.spread * self.interval
         if deadline <= self.clock():
             return None
-        fill = capacity = None
-        if hasattr(self.source, "checkpoint_buffer"):
-            capacity = self.source.checkpoint_buffer()[1]
+        capacity = self.source.checkpoint_buffer()[1]
 
-            def fill() -> float:
-                used, cap, _peak = self.source.checkpoint_buffer()
-                return used / cap if cap else 0.0
+        def fill() -> float:
+            used, cap, _peak = self.source.checkpoint_buffer()
+            return used / cap if cap else 0.0
         return Pacer(self.clock, deadline, pages, self._hurry, buffer_pages=capacity, buffer_fill=fill,
                      why=lambda: self._hurry_why)
 
@@ -442,6 +438,9 @@ class Checkpointer:
             out = dict(self._totals)
             out["last_checkpoint"] = dict(out["last_checkpoint"]) if out["last_checkpoint"] else None
             out["checkpoint_history"] = [dict(h) for h in self._history]
+            # a failed checkpoint is retried with backoff until one succeeds
+            out["checkpoint_failures"] = self._failures
+            out["checkpoint_error"] = None if self._error is None else repr(self._error)
             return out
 
     def pending(self) -> bool:
@@ -463,4 +462,5 @@ class Checkpointer:
 
     @property
     def failed(self) -> BaseException | None:
+        """The error that stopped the checkpointer thread, or None while it is healthy."""
         return self._error

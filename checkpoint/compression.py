@@ -5,8 +5,8 @@ so they must cost a few microseconds per page (reference/machine.md: snappy
 2-3 us, zstd-1 6-7 us per half-empty 4 KiB page). cramjam releases the GIL
 while it compresses, which is what lets the writer pool overlap them.
 
-skip_garbage. Every page starts with the common header; `free_lo u16 @24`
-and `free_hi u16 @26` bound the page's free gap [free_lo, free_hi), which the
+skip_garbage. Every page starts with the common header (page_header.py);
+its free_lo and free_hi fields bound the page's free gap [free_lo, free_hi), which the
 tree never reads. Dropping the gap is the cheapest compression there is, but
 the page carries a CRC over *all* its bytes, gap included, and restore writes
 the gap back as zeros. So the gap is dropped only when it is all zeros
@@ -25,15 +25,15 @@ form is not smaller, so a record is never bigger than page + header.
 from __future__ import annotations
 
 import functools
-import struct
 
 import cramjam
 
 from .format import GAP_SKIPPED
+from .page_header import HEADER_SIZE as PAGE_HEADER_SIZE, free_gap
 
 __all__ = [
     "DISABLED", "SKIP_GARBAGE", "SNAPPY", "ZSTD", "LZ4", "CODECS", "CODEC_NAMES",
-    "PageCodec", "compact_page", "expand_page", "PAGE_HEADER_SIZE",
+    "PageCodec", "compact_page", "expand_page",
 ]
 
 # DO NOT CHANGE THESE VALUES: they are embedded in recovery-file records and
@@ -41,10 +41,6 @@ __all__ = [
 DISABLED, SKIP_GARBAGE, SNAPPY, ZSTD, LZ4 = 0, 1, 2, 3, 4
 CODECS = {"disabled": DISABLED, "skip_garbage": SKIP_GARBAGE, "snappy": SNAPPY, "zstd": ZSTD, "lz4": LZ4}
 CODEC_NAMES = {v: k for k, v in CODECS.items()}
-
-PAGE_HEADER_SIZE = 32            # common page header (docs/architecture.md)
-_FREE = struct.Struct("<HH")     # free_lo, free_hi
-_FREE_OFFSET = 24
 
 # Default levels follow Ignite: zstd 3, lz4 0 (the fast block mode).
 _LEVELS = {ZSTD: (3, -131072, 22), LZ4: (0, 0, 17)}
@@ -60,7 +56,7 @@ def compact_page(page, page_size: int):
     is all zeros; `_ZEROS.startswith(gap)` is that test at memcmp speed
     (about 0.3 us for a 2 KiB gap, ten times a Python-level check).
     """
-    lo, hi = _FREE.unpack_from(page, _FREE_OFFSET)
+    lo, hi = free_gap(page)
     if not PAGE_HEADER_SIZE <= lo < hi <= page_size:
         return None
     view = memoryview(page)
@@ -73,7 +69,7 @@ def expand_page(data, page_size: int) -> bytes:
     """Rebuild a page from `compact_page` output; ValueError if inconsistent."""
     if len(data) < PAGE_HEADER_SIZE:
         raise ValueError(f"compacted page of {len(data)} bytes is shorter than the page header")
-    lo, hi = _FREE.unpack_from(data, _FREE_OFFSET)
+    lo, hi = free_gap(data)
     if not PAGE_HEADER_SIZE <= lo < hi <= page_size or len(data) != page_size - (hi - lo):
         raise ValueError(f"compacted page length {len(data)} does not match its gap [{lo}, {hi})")
     return bytes(data[:lo]) + bytes(hi - lo) + bytes(data[lo:])
@@ -142,7 +138,7 @@ class PageCodec:
         if self.id == DISABLED:
             out[at:at + ps] = page
             return DISABLED, 0, ps
-        lo, hi = _FREE.unpack_from(page, _FREE_OFFSET)
+        lo, hi = free_gap(page)
         if PAGE_HEADER_SIZE <= lo < hi <= ps and _ZEROS.startswith(page[lo:hi]):
             n, flags, raw_codec = ps - (hi - lo), GAP_SKIPPED, SKIP_GARBAGE
             if self.id == SKIP_GARBAGE:

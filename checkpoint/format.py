@@ -3,7 +3,8 @@
 Both live in `<store>/cp/`. All integers are little-endian; every checksum is
 CRC32C (Castagnoli). `docs/recovery-files.md` carries the same tables.
 
-File names (the checkpoint id is zero-padded so names sort by id):
+File names (built and parsed by pagestore.diskio.layout, the one grammar of
+the store's names):
 
     cp/<checkpoint_id:016d>-RECOVERY-<writer:03d>.bin    one per writer thread
     cp/<checkpoint_id:016d>-START.bin                    step 4 of DESIGN.md §3
@@ -74,11 +75,13 @@ marker is corruption (it cannot arise from a crash) and recovery refuses it.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 
 from crc32c import crc32c
+
+from pagestore.diskio import layout
+from pagestore.diskio.layout import CP_DIR, recovery_file_name
 
 __all__ = [
     "FILE_MAGIC", "FORMAT_VERSION", "FILE_HEADER", "FILE_HEADER_SIZE", "RECORD_HEADER",
@@ -89,7 +92,6 @@ __all__ = [
     "unpack_file_header", "pack_record_header", "record_crc", "pack_marker", "unpack_marker",
 ]
 
-CP_DIR = "cp"
 
 # DO NOT CHANGE THESE VALUES: they are embedded in files on disk.
 FILE_MAGIC = b"PSRECOVR"
@@ -116,8 +118,6 @@ assert RECORD_HEADER_SIZE == 18
 MARKER = struct.Struct("<8sHBBHHQQQQ")            # without the trailing crc
 MARKER_SIZE = MARKER.size + 4
 assert MARKER_SIZE == 52
-
-_NAME = re.compile(r"^(\d{16})-(START|END|RECOVERY-(\d{3}))\.bin$")
 
 
 class RecoveryFileCorrupt(Exception):
@@ -156,12 +156,9 @@ class RecoveryFileHeader:
     codec: int
 
 
-def recovery_file_name(checkpoint_id: int, writer: int) -> str:
-    return f"{checkpoint_id:016d}-RECOVERY-{writer:03d}.bin"
-
-
 def marker_name(checkpoint_id: int, kind: int) -> str:
-    return f"{checkpoint_id:016d}-{'START' if kind == START else 'END'}.bin"
+    """File name of the START or END marker (`kind`) of a checkpoint."""
+    return layout.marker_name(checkpoint_id, "START" if kind == START else "END")
 
 
 def parse_name(name: str):
@@ -170,20 +167,18 @@ def parse_name(name: str):
     Anything else in cp/ (write_atomic temp files, tail copies) is not ours to
     interpret and is skipped by every scan.
     """
-    m = _NAME.match(name)
-    if m is None:
-        return None
-    if m.group(3) is not None:
-        return int(m.group(1)), "RECOVERY", int(m.group(3))
-    return int(m.group(1)), m.group(2), None
+    return layout.parse_cp_name(name)
 
 
 def pack_file_header(checkpoint_id: int, writer: int, page_size: int, codec: int) -> bytes:
+    """A recovery file's header (the table above), crc included."""
     head = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, writer, page_size, checkpoint_id, codec)
     return head + struct.pack("<I", crc32c(head))
 
 
 def unpack_file_header(data: bytes, path: str) -> RecoveryFileHeader:
+    """The header at the start of `data`; RecoveryFileCorrupt naming `path` if short, of another
+    magic or version, or its crc fails."""
     if len(data) < FILE_HEADER_SIZE:
         raise RecoveryFileCorrupt(path, f"short header ({len(data)} of {FILE_HEADER_SIZE} bytes)", 0)
     magic, version, writer, page_size, cid, codec = FILE_HEADER.unpack_from(data, 0)
@@ -203,6 +198,7 @@ def record_crc(header14, payload) -> int:
 
 
 def pack_record_header(page_id: int, codec: int, flags: int, payload) -> bytes:
+    """A recovery-file record's header for `payload`, its crc over header and payload included."""
     head = RECORD_HEADER.pack(page_id, codec, flags, len(payload), 0)[:_RECORD_CRC_SPAN]
     return head + struct.pack("<I", record_crc(head, payload))
 
@@ -213,12 +209,15 @@ def record_context(checkpoint_id: int, writer: int, offset: int, page_id: int, c
 
 
 def pack_marker(m: Marker) -> bytes:
+    """The bytes of a START or END marker file, crc included."""
     body = MARKER.pack(MARKER_MAGIC, FORMAT_VERSION, m.kind, RECOVERY_DATA_CODES[m.recovery_data],
                        m.recovery_files, 0, m.checkpoint_id, m.wal_lsn, m.pages, m.prev_wal_lsn)
     return body + struct.pack("<I", crc32c(body))
 
 
 def unpack_marker(data: bytes, path: str, checkpoint_id: int, kind: int) -> Marker:
+    """The marker in `data`; MarkerCorrupt naming `path` unless it is whole, valid and the one
+    expected (`checkpoint_id`, `kind`)."""
     if len(data) != MARKER_SIZE:
         raise MarkerCorrupt(path, f"size {len(data)}, expected {MARKER_SIZE}")
     magic, version, k, rd, nfiles, _r, cid, lsn, pages, prev = MARKER.unpack_from(data, 0)

@@ -18,6 +18,7 @@ __all__ = ["CpDir", "cp_dir", "scan", "read_marker", "write_marker", "read_file"
 
 
 def cp_dir(store_dir: str) -> str:
+    """The checkpoint directory (markers and recovery files) of a store."""
     return posixpath.join(store_dir, CP_DIR)
 
 
@@ -32,6 +33,7 @@ class CpDir:
 
     @property
     def last_start(self) -> int | None:
+        """The id of the newest checkpoint with a START marker, or None."""
         return max(self.starts) if self.starts else None
 
     @property
@@ -53,6 +55,7 @@ class CpDir:
         return max(ids) if ids else 0
 
     def recovery_paths(self, checkpoint_id: int) -> dict[int, str]:
+        """{writer: path} of the recovery files of `checkpoint_id`, by writer."""
         files = self.recovery.get(checkpoint_id, {})
         return {w: posixpath.join(self.path, n) for w, n in sorted(files.items())}
 
@@ -76,6 +79,7 @@ def scan(fs, path: str) -> CpDir:
 
 
 def read_file(fs, path: str) -> bytes:
+    """The whole content of file `path`."""
     f = fs.open(path)
     try:
         return f.pread(f.size(), 0)
@@ -84,6 +88,8 @@ def read_file(fs, path: str) -> bytes:
 
 
 def read_marker(fs, path: str, checkpoint_id: int, kind: int) -> Marker:
+    """The marker of `kind` for `checkpoint_id` in directory `path`; MarkerCorrupt naming the file
+    if it is not valid."""
     full = posixpath.join(path, marker_name(checkpoint_id, kind))
     data = read_file(fs, full)
     if len(data) != MARKER_SIZE:

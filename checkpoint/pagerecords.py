@@ -67,6 +67,7 @@ def pack_reset() -> bytes:
 
 
 def is_reset(payload) -> bool:
+    """True for the reset record's PAGE_DELTA payload (page id RESET_PAGE_ID, no range)."""
     return len(payload) == _DELTA.size and _DELTA.unpack_from(payload, 0) == (RESET_PAGE_ID, 0)
 
 
@@ -76,6 +77,8 @@ def checkpoint_id_of(payload) -> int | None:
 
 
 def decode_page_snapshot(payload, page_size: int) -> tuple[int, bytes]:
+    """(page_id, image) of a PAGE_SNAPSHOT payload, decompressed; PageRecordsInvalid
+    if malformed."""
     if len(payload) < _SNAP.size:
         raise PageRecordsInvalid(f"PAGE_SNAPSHOT payload of {len(payload)} bytes")
     pid, byte, n = _SNAP.unpack_from(payload, 0)

@@ -33,8 +33,9 @@ from .recovery_file import RecoveryFileWriter
 __all__ = ["PHASES", "Progress", "chunked", "write_recovery_files", "write_pages"]
 
 
-#: Checkpoint phases as the throttle sees them, in order (the same strings as
-#: ``throttling.signals.PHASES``).  ``recovery_fsync`` runs from the first
+#: Checkpoint phases as the throttle sees them, in order: the same strings as
+#: ``throttling.signals.PHASES``, which this layer may not import;
+#: tests/checkpoint/test_phase_vocabulary.py fails when the two drift.  ``recovery_fsync`` runs from the first
 #: recovery file's fsync to the durable START marker and ``page_fsync`` from the
 #: last in-place write to the end: in both nothing frees checkpoint-buffer
 #: slots, or (page_fsync) nothing needs one.
@@ -65,6 +66,7 @@ class Progress:
         self.last_phase_seconds = (0.0,) * len(PHASES)
 
     def add(self, field: str, n: int) -> None:
+        """Add `n` to counter `field` (thread-safe)."""
         with self.lock:
             setattr(self, field, getattr(self, field) + n)
 
@@ -90,6 +92,7 @@ class Progress:
                 "pages_written": self.pages_written, "running": self.running}
 
     def snapshot(self) -> dict:
+        """The counters as a dict, read consistently."""
         with self.lock:
             return self._counts()
 
@@ -105,6 +108,7 @@ class Progress:
 
 
 def chunked(page_ids, n: int) -> list:
+    """`page_ids` in consecutive slices of at most `n`."""
     return [page_ids[i:i + n] for i in range(0, len(page_ids), n)]
 
 
@@ -136,24 +140,23 @@ def _run_all(pool, fn, count: int, abort: threading.Event) -> list:
 
 def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids, *,
                          workers: int, chunk_pages: int, page_size: int, progress: Progress,
-                         clock, cipher=None) -> dict:
+                         clock, cipher=None, framing=None) -> dict:
     """Write every page image of the checkpoint to `workers` recovery files, fsynced.
 
     Returns {"files", "bytes", "fsync_seconds", "gap_fallbacks"}. Worker w
     writes `cp/<id>-RECOVERY-<w>.bin`; every worker creates its file even if
     the queue is empty by the time it starts, so the START marker's file
-    count always equals the number of files of the checkpoint. A source
-    with `frame_records` (the store's C framing) frames plain records
-    without the GIL, and with `compact_pages` / `frame_heads` does the bulk
-    of a compressing codec's framing in C; other sources get the Python
-    framing.
+    count always equals the number of files of the checkpoint. With
+    `framing` (a contracts.RecoveryFraming: the store's C framing) plain
+    records are copied and framed without the GIL and a compressing codec's
+    framing is done in bulk in C; without it the Python framing runs.
     """
     queue = deque(chunked(page_ids, chunk_pages))
     count = max(1, min(workers, len(queue)))
     abort = threading.Event()
-    framer = getattr(source, "frame_records", None)
-    copy_frame = getattr(source, "copy_frame", None)
-    compactor = source if hasattr(source, "compact_pages") and hasattr(source, "frame_heads") else None
+    framer = framing.frame_records if framing is not None else None
+    copy_frame = framing.copy_frame if framing is not None else None
+    compactor = framing
 
     def worker(w: int) -> tuple[int, float, int]:
         path = posixpath.join(cpdir, recovery_file_name(checkpoint_id, w))
@@ -200,7 +203,6 @@ class _PageQueue:
         self.members = None             # set(page_ids), built on first priority pull
         self.page_ids = page_ids
         self.fraction = copy_first_fraction
-        self.can_prioritise = hasattr(source, "pages_with_copy") and hasattr(source, "checkpoint_buffer")
         self.priority_chunks = 0
 
     def _buffer_nearly_full(self) -> bool:
@@ -209,7 +211,7 @@ class _PageQueue:
 
     def next(self):
         with self.lock:
-            if self.can_prioritise and self._buffer_nearly_full():
+            if self._buffer_nearly_full():
                 if self.members is None:
                     self.members = set(self.page_ids)
                 picked = []
@@ -228,10 +230,9 @@ class _PageQueue:
                 if self.done:
                     chunk = [p for p in chunk if p not in self.done]
                 if chunk:
-                    if self.can_prioritise:
-                        # Taken pages must not be pulled again as priority
-                        # pages while another worker is writing them.
-                        self.done.update(chunk)
+                    # Taken pages must not be pulled again as priority
+                    # pages while another worker is writing them.
+                    self.done.update(chunk)
                     return chunk
             return None
 

@@ -15,17 +15,18 @@ from array import array
 
 from crc32c import crc32c
 
-from .compression import _FREE_OFFSET, _ZEROS, DISABLED, LZ4, PAGE_HEADER_SIZE, SKIP_GARBAGE, PageCodec
+from .compression import _ZEROS, DISABLED, LZ4, SKIP_GARBAGE, PageCodec
 from .format import (_RECORD_CRC_SPAN, ENCRYPTED, FILE_HEADER_SIZE, GAP_SKIPPED, MAX_PAYLOAD_OVER_PAGE,
                      RECORD_HEADER, RECORD_HEADER_SIZE, RecoveryFileCorrupt, pack_file_header,
                      record_context, record_crc, unpack_file_header)
+from .page_header import FREE_LO_AT, HEADER_SIZE as PAGE_HEADER_SIZE
 
 __all__ = ["RecoveryFileWriter", "read_recovery_file", "read_recovery_batches", "check_recovery_file_header"]
 
 _READ_BLOCK = 4 << 20
 _HEAD14 = struct.Struct("<QBBI")     # the record header's first 14 bytes (RECORD_HEADER without crc)
 _CRC = struct.Struct("<I")
-_GAP = struct.Struct("<HH")          # free_lo, free_hi of the page header
+_GAP = struct.Struct("<HH")          # free_lo, free_hi of the page header, read at FREE_LO_AT
 assert _HEAD14.size == _RECORD_CRC_SPAN
 
 
@@ -63,10 +64,10 @@ class RecoveryFileWriter:
         self.checkpoint_id, self.writer = checkpoint_id, writer
         # the C framer takes disabled, skip_garbage and (where the system has
         # liblz4) lz4's fast mode: `framer.codecs` says which
-        framed = getattr(framer, "codecs", (DISABLED, SKIP_GARBAGE))
+        framed = framer.codecs if framer is not None else ()
         # a cipher with `bulk` seals whole chunks of plain records in C (no GIL):
         # the records are framed as without a cipher, then sealed in place
-        self._bulk_seal = cipher is not None and getattr(cipher, "bulk", False)
+        self._bulk_seal = cipher is not None and cipher.bulk
         self._plain = cipher is None or self._bulk_seal     # records framed without a cipher
         self._seal_room = cipher.overhead if self._bulk_seal else 0
         self._framer = (framer if self._plain and codec.id in framed
@@ -160,7 +161,7 @@ class RecoveryFileWriter:
             top = base + ps
             data = pos + RECORD_HEADER_SIZE
             if skip:
-                lo, hi = unpack_gap(images, base + _FREE_OFFSET)
+                lo, hi = unpack_gap(images, base + FREE_LO_AT)
                 if low <= lo < hi <= ps and zeros(images[base + lo:base + hi]):
                     n = ps - (hi - lo)
                     pack_head(buf, pos, pid, SKIP_GARBAGE, GAP_SKIPPED, n)

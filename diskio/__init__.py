@@ -3,7 +3,8 @@
 Every open, read, write, fsync, rename, directory fsync, mmap and lock in the
 project goes through a `FileSystem`: `PosixFS` (buffered or O_DIRECT) or
 `SimFS` (the in-memory crash simulator). Named crash points are registered in
-`CRASH_POINTS`. This package imports nothing else of the project.
+`CRASH_POINTS`. `layout` is the grammar of the store directory's file names.
+This package imports nothing else of the project.
 """
 
 from .aligned import ALIGNMENT, aligned_buffer, is_aligned

@@ -17,6 +17,7 @@ ALIGNMENT = 4096
 
 
 def round_up(n: int, align: int = ALIGNMENT) -> int:
+    """`n` rounded up to a multiple of `align`."""
     return (n + align - 1) // align * align
 
 
@@ -58,4 +59,5 @@ def _ffi():
 
 
 def is_aligned(buf, align: int = ALIGNMENT) -> bool:
+    """Whether `buf`'s first byte sits at a multiple of `align`."""
     return buffer_address(buf) % align == 0

@@ -23,31 +23,52 @@ class File(ABC):
     path: str
 
     @abstractmethod
-    def pread(self, n: int, offset: int) -> bytes: ...
+    def pread(self, n: int, offset: int) -> bytes:
+        """Up to `n` bytes at `offset` (fewer only at the end of the file)."""
 
     @abstractmethod
-    def pread_into(self, buf, offset: int) -> int: ...
+    def pread_into(self, buf, offset: int) -> int:
+        """Read into the writable buffer `buf` from `offset`; the number of bytes read."""
 
     @abstractmethod
-    def pwrite(self, data, offset: int) -> int: ...
+    def pwrite(self, data, offset: int) -> int:
+        """Write the bytes-like `data` at `offset` (not durable until fsync); bytes written."""
 
     @abstractmethod
-    def fsync(self) -> None: ...
+    def fsync(self) -> None:
+        """Make the file's data and metadata durable."""
 
     @abstractmethod
-    def fdatasync(self) -> None: ...
+    def fdatasync(self) -> None:
+        """Make the file's data durable (and the size, if it changed)."""
 
     @abstractmethod
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """The file's size in bytes."""
 
     @abstractmethod
-    def truncate(self, n: int) -> None: ...
+    def truncate(self, n: int) -> None:
+        """Set the file's size to `n` bytes (cut or zero-extended)."""
 
     @abstractmethod
-    def preallocate(self, n: int) -> None: ...
+    def preallocate(self, n: int) -> None:
+        """Make the file at least `n` bytes, blocks allocated; never shrinks it."""
+
+    def allocate(self, offset: int, length: int) -> None:
+        """Reserve disk blocks for bytes [offset, offset + length) without
+        changing the file's size or any byte of it, so a later write there
+        does not fail for space. A hint: nothing where the file system (or
+        the simulator) has no such call."""
+
+    def drop_cache(self, *, flush_first: bool = False) -> None:
+        """Evict the file's clean pages from the OS page cache (with
+        `flush_first`, write its dirty ones back first so they go too). A
+        hint that changes no byte: nothing where there is no such cache (the
+        simulator)."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the handle; using it afterwards raises DiskIOError(EBADF)."""
 
     def __enter__(self) -> "File":
         return self
@@ -63,13 +84,17 @@ class Mapping(ABC):
     size: int
 
     @abstractmethod
-    def publish(self, start: int, end: int) -> None: ...
+    def publish(self, start: int, end: int) -> None:
+        """Bytes [start, end) of the buffer were written: hand them to the file (a no-op where
+        the mapping is the page cache; the simulator records an unsynced write)."""
 
     @abstractmethod
-    def sync(self, start: int, end: int) -> None: ...
+    def sync(self, start: int, end: int) -> None:
+        """Make bytes [start, end) durable."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the handle; using it afterwards raises DiskIOError(EBADF)."""
 
     def _check_range(self, start: int, end: int) -> None:
         if not 0 <= start <= end <= self.size:
@@ -88,9 +113,11 @@ class Lock(ABC):
     path: str
 
     @abstractmethod
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Give the lock up (the lock file stays)."""
 
     def close(self) -> None:
+        """The same as `release()`."""
         self.release()
 
     def __enter__(self) -> "Lock":
@@ -108,34 +135,44 @@ class FileSystem(ABC):
 
     # -- namespace -----------------------------------------------------
     @abstractmethod
-    def open(self, path: str, *, create: bool = False, truncate: bool = False, direct: bool = False) -> File: ...
+    def open(self, path: str, *, create: bool = False, truncate: bool = False, direct: bool = False) -> File:
+        """Open `path` for reading and writing (`direct`: O_DIRECT where the file system has it)."""
 
     @abstractmethod
-    def exists(self, path: str) -> bool: ...
+    def exists(self, path: str) -> bool:
+        """Whether `path` names a file or directory."""
 
     @abstractmethod
-    def listdir(self, path: str) -> list[str]: ...
+    def listdir(self, path: str) -> list[str]:
+        """The names in directory `path`, sorted."""
 
     @abstractmethod
-    def makedirs(self, path: str) -> None: ...
+    def makedirs(self, path: str) -> None:
+        """Create directory `path` and its missing parents (no error if it exists)."""
 
     @abstractmethod
-    def remove(self, path: str) -> None: ...
+    def remove(self, path: str) -> None:
+        """Remove the file `path` (durable once its directory is fsynced)."""
 
     @abstractmethod
-    def rename(self, src: str, dst: str) -> None: ...
+    def rename(self, src: str, dst: str) -> None:
+        """Rename `src` to `dst`, atomically replacing it (durable once the directory is fsynced)."""
 
     @abstractmethod
-    def fsync_dir(self, path: str) -> None: ...
+    def fsync_dir(self, path: str) -> None:
+        """Make directory `path`'s entries (creations, removals, renames) durable."""
 
     @abstractmethod
-    def size(self, path: str) -> int: ...
+    def size(self, path: str) -> int:
+        """The size of file `path` in bytes."""
 
     @abstractmethod
-    def map(self, path: str, size: int) -> Mapping: ...
+    def map(self, path: str, size: int) -> Mapping:
+        """A shared writable `Mapping` of bytes [0, size) of `path`, which must be at least that long."""
 
     @abstractmethod
-    def lock(self, path: str) -> Lock: ...
+    def lock(self, path: str) -> Lock:
+        """Take the exclusive lock `path` without blocking; `LockedError` if it is held."""
 
     # -- crash points --------------------------------------------------
     def crash_point(self, name: str) -> None:

@@ -18,6 +18,9 @@ CRASH_POINTS: dict[str, str] = {
     # WAL
     "wal.before_fsync": "WAL bytes written (or published) up to the flush target, fsync not yet issued",
     "wal.after_fsync": "WAL fsync returned; waiters on the flushed LSN not yet released",
+    "wal.round_elected": "group commit: a leader elected, its round's range fixed, nothing of it published or synced",
+    "wal.sync_write_logged": "a write with sync=True logged (log_only/background), its flush not begun",
+    "aio.group_durable": "asyncio store: a group's WAL durable, none of its waiting writes told yet",
     "wal.segment_created": "a new WAL segment file created and preallocated, directory not yet fsynced",
     # Checkpoint, numbered as in DESIGN.md §3
     "checkpoint.after_lock": "step 1 done: dirty set snapshotted and CHECKPOINT logged, lock released",
@@ -34,6 +37,9 @@ CRASH_POINTS: dict[str, str] = {
     # Recovery
     "recovery.after_restore": "recovery: pages restored from recovery files and synced, WAL not replayed",
     "recovery.after_replay": "recovery: WAL replayed, store not yet open for business",
+    # Compaction (pagestore/compaction.py)
+    "compact.copy_durable": "compact: the dense copy closed and durable in compact.tmp/, nothing renamed",
+    "compact.page_file_renamed": "compact: the copy's page file renamed over pages.dat, directory not fsynced",
 }
 
 
@@ -71,6 +77,8 @@ class CrashPointTable:
         self.hits: dict[str, int] = {}
 
     def arm(self, name: str, hit: int, action: object) -> None:
+        """Fire `action` at the `hit`-th pass through `name` from now; ValueError for an unknown
+        name or hit < 1."""
         check_crash_point(name)
         if hit < 1:
             raise ValueError(f"hit must be >= 1, got {hit}")
@@ -80,6 +88,7 @@ class CrashPointTable:
             self._armed[name] = (self.hits.get(name, 0) + hit, action)
 
     def disarm(self, name: str | None = None) -> None:
+        """Disarm `name`, or every point when None."""
         with self._lock:
             if name is None:
                 self._armed.clear()

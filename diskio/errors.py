@@ -30,6 +30,7 @@ class DiskIOError(OSError):
 
     @property
     def path(self) -> str | None:
+        """The file the failed operation was on (the same as `filename`)."""
         return self.filename
 
 

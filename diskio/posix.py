@@ -11,11 +11,13 @@ parent test process can observe exactly what a kill -9 leaves on disk.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import signal
+import weakref
 
 from .aligned import aligned_buffer, is_aligned, round_up
 from .base import File, FileSystem, Lock, Mapping
@@ -25,6 +27,22 @@ from .errors import DiskIOError, LockedError, SimulatedCrash, make_error, wrap_o
 __all__ = ["PosixFS", "PosixFile", "PosixMapping", "PosixLock", "CRASH_ENV"]
 
 CRASH_ENV = "PAGESTORE_CRASH_POINT"
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _libc_fallocate():
+    """libc's fallocate(int, int, off_t, off_t), or None (not Linux/glibc)."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate = _libc_fallocate()
 _ACTIONS = ("kill", "raise")
 
 
@@ -49,6 +67,8 @@ class _errors:
 
 
 class PosixFile(File):
+    """A `File` over a raw file descriptor (`direct`: opened O_DIRECT)."""
+
     def __init__(self, path: str, fd: int, direct: bool):
         self.path = path
         self.direct = direct
@@ -60,6 +80,7 @@ class PosixFile(File):
         return self._fd
 
     def fileno(self) -> int:
+        """The file descriptor; DiskIOError(EBADF) once closed."""
         return self._live_fd()
 
     def pread(self, n: int, offset: int) -> bytes:
@@ -124,6 +145,18 @@ class PosixFile(File):
         with _errors(self.path):
             os.ftruncate(self._live_fd(), n)
 
+    def allocate(self, offset: int, length: int) -> None:
+        """fallocate(FALLOC_FL_KEEP_SIZE) through libc: glibc's posix_fallocate
+        emulates an unsupported call by writing bytes, which could race a
+        writer of the range; fallocate(2) itself never changes a byte."""
+        if _fallocate is None or length <= 0:
+            return
+        fd = self._live_fd()
+        if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+            err = ctypes.get_errno()
+            if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise make_error(err, f"cannot allocate {length} bytes at {offset}", self.path)
+
     def preallocate(self, n: int) -> None:
         """Ensure the file is at least `n` bytes with its blocks allocated."""
         fd = self._live_fd()
@@ -137,6 +170,14 @@ class PosixFile(File):
                     raise
                 # File systems without fallocate: extend with a sparse tail.
                 os.ftruncate(fd, n)
+
+    def drop_cache(self, *, flush_first: bool = False) -> None:
+        if flush_first:
+            self.fdatasync()   # DONTNEED only drops clean pages
+        try:
+            os.posix_fadvise(self._live_fd(), 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass               # only a hint
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
@@ -182,16 +223,50 @@ class PosixMapping(Mapping):
 
 
 class PosixLock(Lock):
+    """An flock on a file, held until `release()`; a forked child never holds it.
+
+    An flock belongs to the open file description, which fork shares: while a
+    child keeps its copy of the descriptor, the lock outlives the parent's
+    release, and nobody can take it until every such child exits. So a child
+    closes its copies right after fork (never flock(LOCK_UN), which would
+    release the parent's lock too); O_CLOEXEC does the same across exec.
+    """
+
     def __init__(self, path: str, fd: int):
         self.path = path
         self._fd = fd
+        _HELD.add(self)
 
     def release(self) -> None:
         fd, self._fd = self._fd, -1
+        _HELD.discard(self)
         if fd >= 0:
             # Closing the descriptor drops the flock; the file stays as a
             # harmless marker (removing it would race a concurrent locker).
             os.close(fd)
+
+    def _drop_in_child(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# Locks held by this process, for the fork hook below.
+_HELD: "weakref.WeakSet[PosixLock]" = weakref.WeakSet()
+
+
+def _drop_locks_in_child() -> None:
+    """After fork, in the child: close every inherited lock descriptor, so the
+    parent's release (or exit) frees the lock whatever the child does."""
+    for lock in list(_HELD):
+        lock._drop_in_child()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 class PosixFS(FileSystem):

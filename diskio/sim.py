@@ -59,6 +59,7 @@ class SimSnapshot:
         self._state = state
 
     def clone(self) -> "SimFS":
+        """A new SimFS in this snapshot's state."""
         sim = SimFS()
         sim._set_state(self._state)
         return sim

@@ -49,6 +49,7 @@ class CrashReport:
 
     @property
     def writes(self) -> int:
+        """Pending writes the crash decided on, whatever became of each."""
         return self.kept + self.dropped + self.cut + self.torn + self.garbage
 
 

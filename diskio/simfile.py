@@ -61,6 +61,8 @@ class _Inode:
 
 
 class SimFile(File):
+    """A `File` of the crash simulator: reads see every write, durability waits for fsync."""
+
     def __init__(self, fs: "SimFS", path: str, inode: _Inode, direct: bool):
         self.path = path
         self.direct = direct
@@ -133,6 +135,8 @@ class SimFile(File):
 
 
 class SimMapping(Mapping):
+    """A `Mapping` of the crash simulator: bytes written reach the file model at `publish`."""
+
     def __init__(self, fs: "SimFS", path: str, inode: _Inode, size: int):
         self.path = path
         self.size = size
@@ -182,6 +186,8 @@ class SimMapping(Mapping):
 
 
 class SimLock(Lock):
+    """A `Lock` of the crash simulator, exclusive within its `SimFS`."""
+
     def __init__(self, fs: "SimFS", path: str):
         self.path = path
         self._fs = fs

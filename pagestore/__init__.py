@@ -5,10 +5,11 @@
         db[b"k"] = b"v"
 
 This file is the whole public surface, re-exported explicitly. The layers
-behind it (DESIGN.md §2): `pagestore.database` orchestrates the C core
-(`pagestore._native`, the only importer of the cffi extension), the logical
-WAL (`wal`), the checkpointer (`checkpoint`), crash recovery (`recovery`),
-throttling (`throttling`) and the file-system layer (`diskio`). Those are
+behind it (DESIGN.md §2): `pagestore.database` is the facade, and the
+`Engine` behind it (`pagestore.engine`) holds the C core (`pagestore._native`,
+the only importer of the cffi extension), the logical WAL (`wal`), the
+checkpointer (`checkpoint`), throttling (`throttling`) and the file-system
+layer (`diskio`); opening runs crash recovery (`recovery.open_store`). Those are
 imported on first use, so `import pagestore` stays cheap and a tool that only
 needs the errors does not load the engine.
 """
@@ -19,23 +20,34 @@ from ._version import __version__ as __version__
 from .config import Config as Config
 from .errors import ClosedError as ClosedError
 from .errors import ConfigError as ConfigError
+from .errors import ConflictError as ConflictError
 from .errors import CorruptionError as CorruptionError
 from .errors import EncryptionError as EncryptionError
+from .errors import DiskFullError as DiskFullError
+from .errors import DiskIOError as DiskIOError
 from .errors import Error as Error
 from .errors import KeyTooLargeError as KeyTooLargeError
+from .errors import NotAStoreError as NotAStoreError
+from .errors import ReadOnlyError as ReadOnlyError
+from .errors import RecoveryNeededError as RecoveryNeededError
+from .errors import SnapshotTooOldError as SnapshotTooOldError
 from .errors import StoreLockedError as StoreLockedError
+from .errors import StoreNotFoundError as StoreNotFoundError
 from .errors import TransactionTooLargeError as TransactionTooLargeError
 from .errors import ValueTooLargeError as ValueTooLargeError
 
 __all__ = [
-    "__version__", "open", "Database", "Transaction", "Config",
-    "Error", "ClosedError", "ConfigError", "CorruptionError", "EncryptionError",
-    "KeyTooLargeError", "StoreLockedError", "TransactionTooLargeError", "ValueTooLargeError",
+    "__version__", "open", "Database", "Transaction", "Snapshot", "Config",
+    "Error", "ClosedError", "ConfigError", "ConflictError", "SnapshotTooOldError", "CorruptionError",
+    "EncryptionError", "KeyTooLargeError", "StoreLockedError", "TransactionTooLargeError",
+    "ValueTooLargeError", "NotAStoreError", "ReadOnlyError", "RecoveryNeededError", "StoreNotFoundError",
+    "DiskIOError", "DiskFullError",
 ]
 
 
 def open(path, **options):  # noqa: A001 - the public name
-    """Open or create the store in directory `path`; see docs/options.md for options."""
+    """Open the store in directory `path`, creating it unless `create=False`;
+    `read_only=True` reads without writing a file. Options: docs/options.md."""
     from .database import open as _open
     return _open(path, **options)
 
@@ -47,4 +59,10 @@ def __getattr__(name):
     if name == "Transaction":
         from .transaction import Transaction
         return Transaction
+    if name == "Snapshot":
+        from .snapshot import Snapshot
+        return Snapshot
+    if name == "aio":                   # the asyncio surface, `pagestore.aio.open`
+        import importlib
+        return importlib.import_module(__name__ + ".aio")
     raise AttributeError(f"module 'pagestore' has no attribute {name!r}")

@@ -1,11 +1,15 @@
-"""`python -m pagestore verify|inspect PATH [--json]`: the tools a user runs on a store.
+"""`python -m pagestore verify|inspect|backup|compact`: the tools a user runs on a store.
 
 `verify` checks a store without modifying it and exits 0 when everything
 holds, 1 on any fault (each printed with its file and page or offset), 2 on
 a usage error. `inspect` prints what is on disk: checkpoints and their
 markers, the WAL's segments and range, recovery files, page counts, the WAL
 archive and the options the files record. Neither takes the store's LOCK,
-runs recovery or cuts the WAL. docs/tools.md shows both with example output.
+runs recovery or cuts the WAL. `backup SRC DEST` opens SRC read-only and
+writes a consistent copy to DEST (`Database.backup`); `compact PATH` opens the
+store and shrinks it (`Database.compact`); both exit 0 on success, 1 when the
+store refused (the error is printed), 2 on a usage error. docs/tools.md shows
+them all with example output.
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ import argparse
 import json
 import os
 import posixpath
-import re
 import sys
+
+from pagestore.diskio import layout
 
 from .tools import (ReadOnlyFS, SegmentView, ToolError, check_store_path, checkpoint_dir, free_pages, lock_holder,
                     page_file, recovery_file_summary, scan_wal, walk_segment, wal_slots)
 
-_ARCHIVE_NAME = re.compile(r"^seg-(\d{16})\.wal$")
 
 
 def _cipher(key_file):
@@ -78,16 +82,17 @@ def inspect_store(store: str, *, archive=None, cipher=None) -> dict:
                       "recovery_compression": next((f["codec"] for f in reversed(out["recovery_files"])
                                                     if f["codec"]), None),
                       "encrypted": pages["encrypted"]}
-    out["archive"] = _inspect_archive(archive or os.path.join(store, "archive"), explicit=archive is not None)
+    out["archive"] = _inspect_archive(archive or os.path.join(store, layout.ARCHIVE_DIR),
+                                      explicit=archive is not None)
     return out
 
 
 def _inspect_wal(store: str, cpd: dict, cipher=None) -> dict:
     slots, seg_size, sizes = wal_slots(store)
-    d = os.path.join(store, "wal")
+    d = os.path.join(store, layout.WAL_DIR)
     res = {"dir": d, "segment_size": seg_size, "segment_sizes_seen": sizes, "segments": [],
            "other_files": [n for n in (sorted(os.listdir(d)) if os.path.isdir(d) else [])
-                           if not re.match(r"^seg-\d{8}\.wal$", n)]}
+                           if layout.parse_slot(n) is None]}
     if seg_size is None:
         res["segments"] = [{"slot": s.number, "file": s.path, "bytes": s.size,
                             "state": "blank" if s.blank else "invalid header"} for s in slots]
@@ -128,8 +133,8 @@ def _inspect_archive(d: str, explicit: bool) -> dict | None:
         from pagestore.wal.compact import list_archive
         listed = list_archive(ReadOnlyFS(), d)
     except ImportError:                 # an archive without compaction: plain copies only
-        listed = [(int(m.group(1)), int(m.group(1)), "wal", posixpath.join(d, n))
-                  for n in sorted(os.listdir(d)) if (m := _ARCHIVE_NAME.match(n))]
+        listed = [(p[0], p[0], "wal", posixpath.join(d, n)) for n in sorted(os.listdir(d))
+                  if (p := layout.parse_archive_name(n)) and p[1] == "wal"]
     copies = [{"file": p, "kind": kind, "first_seq": first, "last_seq": last, "bytes": os.path.getsize(p)}
               for first, last, kind, p in listed]
     return {"dir": d, "copies": len(copies), "bytes": sum(c["bytes"] for c in copies),
@@ -223,7 +228,7 @@ def _s(v) -> str:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pagestore",
                                  description="Tools for a pagestore store directory (read-only).")
-    sub = ap.add_subparsers(dest="command", metavar="{verify,inspect}")
+    sub = ap.add_subparsers(dest="command", metavar="{verify,inspect,backup,compact}")
     sub.required = True
     v = sub.add_parser("verify", help="check pages, markers, recovery files, WAL and tree",
                        description="Check a store without modifying it: page file header, every page's "
@@ -239,10 +244,38 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         p.add_argument("--key-file", metavar="FILE", help="key file of an encrypted store")
     i.add_argument("--archive", metavar="DIR", help="WAL archive directory (default: PATH/archive if present)")
+    b = sub.add_parser("backup", help="copy a store, consistent as of one moment, to a new directory",
+                       description="Open SRC read-only (it must not be open for writing elsewhere: from "
+                                   "the process that has it open, call db.backup(dest)) and write a "
+                                   "consistent copy to DEST, a new or empty directory.")
+    b.add_argument("path", metavar="SRC", help="the store directory")
+    b.add_argument("dest", metavar="DEST", help="where the copy goes (missing or empty)")
+    c = sub.add_parser("compact", help="rewrite a store densely and give free space back",
+                       description="Open the store, rewrite it densely (db.compact()) and close it.")
+    c.add_argument("path", metavar="PATH", help="the store directory")
+    for p in (b, c):
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        p.add_argument("--key-file", metavar="FILE", help="key file of an encrypted store")
     return ap
 
 
+def _operate(args, cipher) -> dict:
+    """backup / compact: open the store with the options its files record."""
+    import pagestore
+    check_store_path(args.path)
+    slots, seg_size, _ = wal_slots(args.path)
+    options = {"encryption_key": args.key_file} if cipher is not None else {}
+    page_size = page_file(args.path, cipher)["page_size"]
+    if page_size:
+        options["page_size"] = page_size
+    if seg_size:
+        options["wal_segment_size"] = seg_size
+    with pagestore.open(args.path, create=False, read_only=args.command == "backup", **options) as db:
+        return db.backup(args.dest) if args.command == "backup" else db.compact()
+
+
 def main(argv=None) -> int:
+    """`python -m pagestore verify|inspect|backup|compact ...`; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
         cipher = _cipher(args.key_file)
@@ -250,6 +283,13 @@ def main(argv=None) -> int:
             from .verify import verify
             rep = verify(args.path, cipher=cipher)
             status = 0 if rep["ok"] else 1
+        elif args.command in ("backup", "compact"):
+            from .errors import Error
+            try:
+                rep, status = _operate(args, cipher), 0
+            except Error as e:
+                print(f"python -m pagestore {args.command}: {e}", file=sys.stderr)
+                return 1
         else:
             rep = inspect_store(args.path, archive=args.archive, cipher=cipher)
             status = 0
@@ -262,6 +302,8 @@ def main(argv=None) -> int:
             sys.stdout.write("\n")
         elif args.command == "verify":
             _print_verify(rep, sys.stdout)
+        elif args.command in ("backup", "compact"):
+            sys.stdout.write("".join(f"{k:<22} {v}\n" for k, v in rep.items()))
         else:
             _print_inspect(rep, sys.stdout)
         sys.stdout.flush()

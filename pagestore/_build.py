@@ -1,7 +1,8 @@
 """cffi builder of the C core `pagestore._core` (out-of-line API mode).
 
-The cdef is `csrc/ps_api.h` itself (kept parsable by cffi) plus the two
-callbacks implemented in Python; the C files are listed explicitly. Compiled
+The cdef is `csrc/ps_api.h` (the product API) and `csrc/ps_test.h` (entry
+points only tests call), both kept parsable by cffi, plus the two callbacks
+implemented in Python; the C files are listed explicitly. Compiled
 with -O2 -Wall -Werror; PAGESTORE_SANITIZE=1 adds ASan/UBSan.
 
     python setup.py build_ext --inplace     (setup.py names this ffibuilder)
@@ -15,7 +16,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
-SOURCES = ["crc32c.c", "pagemem.c", "walenc.c", "btree.c", "core.c", "recframe.c", "walseal.c", "aesni.c", "pageseal.c", "prefault.c"]
+SOURCES = ["crc32c.c", "pagemem.c", "walenc.c", "btree.c", "core.c", "recframe.c", "walseal.c", "aesni.c", "pageseal.c", "prefault.c", "undolog.c", "mvcc.c", "gcommit.c", "getmany.c", "fasttable.c"]
 
 CALLBACKS = """
 extern "Python+C" int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
@@ -23,9 +24,15 @@ extern "Python+C" int ps_py_wal_segment(void *handle, uint64_t seq, uint8_t **ba
 """
 
 
+HEADERS = ["ps_api.h", "ps_test.h", "ps_gcommit.h", "ps_getmany.h", "ps_fasttable.h"]
+
+
 def _cdef() -> str:
-    with open(os.path.join(CSRC, "ps_api.h"), encoding="utf-8") as f:
-        return f.read() + CALLBACKS
+    parts = []
+    for name in HEADERS:
+        with open(os.path.join(CSRC, name), encoding="utf-8") as f:
+            parts.append(f.read())
+    return "\n".join(parts) + CALLBACKS
 
 
 def _flags() -> tuple[list[str], list[str]]:
@@ -45,7 +52,7 @@ ffibuilder.cdef(_cdef())
 _cflags, _ldflags = _flags()
 ffibuilder.set_source(
     "pagestore._core",
-    '#include <stdint.h>\n#include <stddef.h>\n#include "ps_api.h"\n',
+    '#include <stdint.h>\n#include <stddef.h>\n' + "".join(f'#include "{h}"\n' for h in HEADERS),
     sources=[os.path.relpath(os.path.join(CSRC, s)) for s in SOURCES],
     include_dirs=[CSRC],
     extra_compile_args=_cflags,

@@ -23,17 +23,9 @@ Sealed record (`seal`/`open`, for recovery files and the WAL), 29 bytes longer:
     13 + n   16    GCM tag
     associated data: b"pagestore/record/v1\\0" | key_id | context
 
-Sealed WAL block (`seal_block`/`open_block`; layout of the whole file in
-wal/sealed.py), 32 bytes longer, the trailer laid out as a sealed page's:
-
-    off      size  field
-    0        n     ciphertext of the n plain bytes (n = 4096)
-    n + 0    1     key_id
-    n + 1    3     u24: 0, or the block index in a tail-slot copy
-    n + 4    12    nonce (random)
-    n + 16   16    GCM tag
-    associated data: b"pagestore/walblock/v1\\0" | u64 seq | u32 block index |
-                     bytes [n, n+4) of the trailer
+WAL records are sealed in place, nonce = segment salt | record offset, with
+the record's length, LSN and type as associated data: wal/recseal.py has the
+layout (the C encoder seals them, or, without libcrypto, `encryptor` does).
 
 Key option: 32 raw bytes (key id 1), or the path of a key file whose lines are
 `<id> <64 hex digits>` (id 1..255; blank lines and `#` comments allowed). The
@@ -41,7 +33,8 @@ last line is the current key, used for every new seal; every listed key still
 opens what it sealed. A wrong key, unknown key id or any changed byte raises
 EncryptionError naming the file (and page): plaintext garbage is never returned.
 
-Nonces are 96 random bits per seal: pages are rewritten in place, copied,
+Nonces are 96 random bits per seal (WAL records aside: their salt is random
+per segment and each offset holds one record): pages are rewritten in place, copied,
 restored and re-checkpointed after crashes, so any counter or position-derived
 nonce would need durable, crash-proof state to never repeat, and one repeat
 under GCM leaks the XOR of two plaintexts and the authentication key. With
@@ -58,6 +51,8 @@ import struct
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from pagestore.checkpoint.page_header import PAGE_SIZES
+
 from . import _native
 from .errors import ConfigError, EncryptionError
 
@@ -67,14 +62,13 @@ TAG_SIZE = 16
 PAGE_RESERVE = 32                          # key_id 1 | reserved 3 | nonce 12 | tag 16
 RECORD_OVERHEAD = 1 + NONCE_SIZE + TAG_SIZE
 MAX_KEY_ID = 255
-PAGE_SIZES = (1024, 2048, 4096, 8192, 16384)
+# bound into every sealed page's associated data (the page file's name in format
+# version 1): a format constant, DO NOT CHANGE even if the file is renamed
 DEFAULT_PAGE_CONTEXT = b"pages.dat"
 OPTION = "encryption_key"
 
 _PAGE_AD = b"pagestore/page/v1\0"
 _RECORD_AD = b"pagestore/record/v1\0"
-_WALBLOCK_AD = b"pagestore/walblock/v1\0"
-_SEQ_INDEX = struct.Struct("<QI")
 _ZERO_RESERVE = bytes(PAGE_RESERVE)
 _U64 = struct.Struct("<Q")
 
@@ -121,6 +115,7 @@ class Cipher:
 
     @property
     def key_ids(self) -> list:
+        """The key ids this cipher can open, ascending."""
         return sorted(self._aes)
 
     def __repr__(self) -> str:                      # never shows key material
@@ -225,31 +220,6 @@ class Cipher:
             raise EncryptionError(f"{first} (is this the store's key and page_size?)",
                                   path=path) from None
 
-    # -- WAL blocks ------------------------------------------------------------
-    def seal_block(self, plain, seq: int, index: int, tail: bool = False) -> bytes:
-        """ciphertext | key_id | u24 | nonce | tag of WAL block `index` of segment `seq`;
-        the u24 is `index` for a tail-slot copy (wal/sealed.py), else 0."""
-        kid = self.key_id
-        head = bytes((kid,)) + (index if tail else 0).to_bytes(3, "little")
-        nonce = os.urandom(NONCE_SIZE)
-        n = len(plain)
-        ct = self._aes[kid].encrypt(nonce, plain, _WALBLOCK_AD + _SEQ_INDEX.pack(seq, index) + head)
-        return b"".join((ct[:n], head, nonce, ct[n:]))
-
-    def open_block(self, raw, seq: int, index: int, tail: bool = False):
-        """The plain bytes of a sealed WAL block, or None if it does not authenticate for
-        (seq, index) under a key this cipher holds: the caller treats it as damage."""
-        raw = memoryview(raw)
-        n = len(raw) - PAGE_RESERVE
-        aes = self._aes.get(raw[n]) if n > 0 else None
-        if aes is None or int.from_bytes(raw[n + 1:n + 4], "little") != (index if tail else 0):
-            return None
-        try:
-            return aes.decrypt(raw[n + 4:n + 16], b"".join((raw[:n], raw[n + 16:])),
-                               _WALBLOCK_AD + _SEQ_INDEX.pack(seq, index) + raw[n:n + 4].tobytes())
-        except InvalidTag:
-            return None
-
     # -- sealed WAL records (wal/recseal.py; the C encoder seals them) ------------
     def encoder_key(self) -> tuple:
         """(key id, key bytes) of the current key, for the C encoder's AES-GCM context."""
@@ -271,6 +241,11 @@ class Cipher:
         except InvalidTag:
             raise EncryptionError(f"{where}: key check failed (sealed with key id {kid}): wrong key "
                                   "or a changed byte", path=path) from None
+
+    def encryptor(self, kid: int):
+        """f(nonce, plaintext, ad) -> ciphertext+tag under key `kid` (the Python sealer
+        of WAL records, wal/recseal.py, when the C encoder cannot seal)."""
+        return self._aes[kid].encrypt
 
     def decryptor(self, kid: int):
         """f(nonce, ciphertext+tag, ad) -> plaintext, or None if it does not authenticate."""

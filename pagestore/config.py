@@ -13,6 +13,7 @@ import os
 from .errors import ConfigError
 
 MiB = 1 << 20
+GiB = 1 << 30
 MAX_SLOTS = 0x7FFFFFFF          # page-memory slots the C core can number
 MAX_WAL_SEGMENT = 2 << 30       # Ignite's upper bound for a WAL segment (2 GB)
 
@@ -22,13 +23,35 @@ COMPRESSIONS = ("disabled", "skip_garbage", "snappy", "zstd", "lz4")
 THROTTLING = ("disabled", "exponential_backoff", "fill_rate", "speed_based", "adaptive")
 
 
+def default_memory_size() -> int:
+    """A fifth of physical RAM, like Ignite's default data region (or of the
+    process's cgroup memory limit when that is lower), in whole 2 MiB.
+
+    The region is reserved, not committed: pages of it take resident memory
+    only once used, so a small store costs a few MiB whatever this is.
+    """
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            ram = min(ram, int(limit))
+    except OSError:
+        pass
+    return max(ram // 5 // (2 * MiB) * (2 * MiB), 64 * MiB)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """A store's options, validated by `make_config` (docs/options.md)."""
+
     page_size: int = 4096                  # bytes per page; power of two, 1 KiB..16 KiB
-    memory_size: int = 256 * MiB           # bytes of page memory (one aligned region)
-    checkpoint_buffer_size: int | None = None  # copy-on-write buffer; default memory_size // 4
+    # bytes of page memory: one region, reserved at open and touched only as pages are used;
+    # default a fifth of physical RAM (Ignite's default data region)
+    memory_size: int = dataclasses.field(default_factory=default_memory_size)
+    checkpoint_buffer_size: int | None = None  # copy-on-write buffer; default memory_size // 4, at most 2 GiB
     wal_mode: str = "log_only"             # fsync | log_only | background (Ignite's default)
-    wal_segment_size: int = 64 * MiB       # preallocated, reused in rotation; a record must fit in one
+    wal_segment_size: int = 64 * MiB       # allocated as the log grows, reused in rotation; a record must fit in one
     wal_flush_interval: float = 0.5        # seconds between background flushes
     wal_direct: bool = False               # O_DIRECT writes of whole 4 KiB blocks (pwrite path)
     checkpoint_interval: float = 30.0      # seconds between timed checkpoints (IEP-113 ran 30 s)
@@ -38,17 +61,22 @@ class Config:
     checkpoint_wal_size: int = 512 * MiB   # WAL bytes since the last checkpoint that start one
     recovery_data: str = "checkpoint"      # checkpoint (IEP-113 recovery files) | wal (legacy)
     recovery_compression: str | None = None  # codec for recovery data / WAL page images; None: default_compression()
-    recovery_compression_level: int | None = None
+    recovery_compression_level: int | None = None  # zstd / lz4 level; None: the codec's default
     encryption_key: bytes | str | None = None  # 32 bytes, or a path to a key file
     throttling: str = "adaptive"           # write-throttling policy
     wal_archive: str | None = None         # directory for segments trimmed by a checkpoint
     wal_archive_size: int = 1024 * MiB     # archive bound, oldest removed first
+    snapshot_memory: int = 64 * MiB        # before-images kept for open snapshots; past it the oldest is dropped
 
     @property
     def cow_buffer_size(self) -> int:
+        """The checkpoint buffer's size in bytes: `checkpoint_buffer_size`, or derived from page memory."""
         if self.checkpoint_buffer_size is not None:
             return self.checkpoint_buffer_size
-        return max(self.memory_size // 4, 64 * self.page_size)
+        # Ignite's rule above 8 GiB: the buffer holds only the pages writers change
+        # while a checkpoint runs, which is bounded by the checkpoint's pace, not
+        # by the size of page memory
+        return max(min(self.memory_size // 4, 2 * GiB), 64 * self.page_size)
 
 
 def _fail(option: str, message: str):
@@ -121,7 +149,8 @@ def _validate(cfg: Config) -> None:
     if not isinstance(cfg.wal_direct, bool):
         _fail("wal_direct", f"must be True or False, got {cfg.wal_direct!r}")
     if cfg.wal_direct and cfg.encryption_key is not None:
-        _fail("wal_direct", "O_DIRECT cannot write an encrypted WAL (sealed blocks are not 4 KiB aligned)")
+        _fail("wal_direct", "O_DIRECT cannot be combined with encryption_key (without libcrypto in the "
+                            "C core, records are sealed in Python and written in unaligned pieces)")
     _number(cfg, "checkpoint_interval", 0.01)
     _int(cfg, "checkpoint_threads", 1, 64)
     _number(cfg, "checkpoint_spread", 0.0, 1.0)
@@ -137,6 +166,7 @@ def _validate(cfg: Config) -> None:
         except ValueError as e:
             _fail("recovery_compression_level", str(e))
     _choice(cfg, "throttling", THROTTLING)
+    _int(cfg, "snapshot_memory", 4096)
     key = cfg.encryption_key
     if key is not None:
         if isinstance(key, str):

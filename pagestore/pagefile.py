@@ -12,24 +12,26 @@ from __future__ import annotations
 import os
 import threading
 
+from pagestore.checkpoint.page_header import HEADER_SIZE, PAGE_SIZES, page_id_of
 from pagestore.diskio import DiskIOError
+from pagestore.diskio.layout import PAGE_FILE
 from pagestore.diskio.posix import PosixFile
 
 from ._native import check_page, pwrite_pages
 from .errors import ConfigError, CorruptionError, EncryptionError
 
-NAME = "pages.dat"
+NAME = PAGE_FILE
 
 
 def looks_sealed(head: bytes) -> bool:
     """`head` (the first bytes of a page file) ends a page in a seal trailer
     (cipher.py: key id 1..255, three zero bytes) at one of the page sizes: what
     an encrypted store's meta page looks like to a reader without the key."""
-    from .cipher import PAGE_RESERVE, PAGE_SIZES
+    from .cipher import PAGE_RESERVE
     # A whole plaintext page (its crc32c and its own page id hold) is not
     # sealed, even where a leaf cell's bytes happen to look like a trailer:
     # such a page at offset 0 is a damaged or misdirected meta page.
-    pid = int.from_bytes(head[8:16], "little") if len(head) >= 16 else 0
+    pid = page_id_of(head) if len(head) >= HEADER_SIZE else 0
     if any(s <= len(head) and check_page(head[:s], pid) for s in PAGE_SIZES):
         return False
     return any(s <= len(head) and head[s - PAGE_RESERVE] >= 1
@@ -38,6 +40,9 @@ def looks_sealed(head: bytes) -> bool:
 
 
 class PageFile:
+    """The page file of one store directory, as the C core, the checkpointer and recovery use it
+    (see the module docstring)."""
+
     def __init__(self, fs, dirpath: str, page_size: int, cipher=None):
         self.fs = fs
         self.path = os.path.join(dirpath, NAME)
@@ -55,9 +60,11 @@ class PageFile:
         self._fd = f.fileno() if isinstance(f, PosixFile) and not f.direct else None
 
     def page_count_on_disk(self) -> int:
+        """Whole pages the file holds."""
         return self.file.size() // self.page_size
 
     def is_new(self) -> bool:
+        """True for an empty page file (a store never checkpointed)."""
         return self.file.size() == 0
 
     def check_header(self, header_info) -> None:
@@ -75,7 +82,7 @@ class PageFile:
         if info["page_size"] != self.page_size:
             # Another page size is the caller's option only if page 0 is whole
             # at that size; otherwise the field itself is damaged.
-            from .cipher import PAGE_SIZES   # (an encrypted header was authenticated above)
+            # (an encrypted header was authenticated above)
             ps = info["page_size"]
             if self.cipher is None and (ps not in PAGE_SIZES or not check_page(self.file.pread(ps, 0), 0)):
                 raise CorruptionError(
@@ -94,7 +101,12 @@ class PageFile:
         return self._fd if self.cipher is None else None
 
     def read_page(self, page_id: int, buf) -> None:
-        """Fill `buf` with page `page_id` as the C core expects it (plaintext)."""
+        """Fill `buf` with page `page_id` as the C core expects it (plaintext).
+
+        The core's page-miss callback (`ps_py_read_page`): runs under the tree
+        write lock. It may read and decrypt the page file; it must not call
+        into the core, take the checkpointer's condition or wait for anything
+        else (docs/architecture.md, lock order)."""
         ps = self.page_size
         if self.cipher is None:
             n = self.file.pread_into(buf, page_id * ps)
@@ -141,7 +153,9 @@ class PageFile:
             i = j
 
     def sync(self) -> None:
+        """Make every page written so far durable (fdatasync): checkpoint step 5's end."""
         self.file.fdatasync()
 
     def close(self) -> None:
+        """Close the file; no sync."""
         self.file.close()

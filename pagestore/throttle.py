@@ -17,6 +17,7 @@ from pagestore import throttling
 from pagestore.throttling.signals import snapshot as _snapshot
 
 from . import _native
+from .errors import ClosedError
 
 _monotonic = time.monotonic
 
@@ -26,14 +27,19 @@ HINT_DIRTY_FRACTION = 0.5
 
 
 class Throttle:
+    """The open store's writer throttle: asks the policy, parks writers, waits for room (see the
+    module docstring)."""
+
     # Longest single wait for released pages before the write is retried;
     # the retry loop repeats it, so it bounds the polling, not the wait.
     NOMEM_WAIT = 0.1
     # With a policy's check_interval: ask again early once the buffer moved this much.
     CHECK_COW_STEP = 0.01
 
-    def __init__(self, db, policy):
-        self._db = db
+    def __init__(self, store, policy):
+        """`store` is the open store's engine (pagestore/engine.py): its `core`,
+        `signals`, `checkpointer` and `config` are read here."""
+        self._store = store
         self.policy = policy
         # A policy that parks in quanta (the default) may be asked less often
         # than once per write: building its signals and running it costs
@@ -44,7 +50,7 @@ class Throttle:
         # `CHECK_COW_STEP` of its capacity since its last answer, so a fast
         # writer cannot outrun it into a full buffer. The Ignite baselines
         # declare no interval: they are asked on every write, as in Ignite.
-        self._every = float(getattr(policy, "check_interval", 0.0) or 0.0)
+        self._every = float(policy.check_interval)
         self._local = threading.local()
         self._lock = threading.Lock()
         self.parks = 0
@@ -55,12 +61,13 @@ class Throttle:
         # The dirty-page trigger in `check` runs only while the hint is up, so
         # the hint must be up from checkpoint_dirty_fraction on when that is
         # lower (a fraction of 0.1 used to start checkpoints at 0.5).
-        db._core.set_throttle_thresholds(
-            HINT_COW_FRACTION, min(HINT_DIRTY_FRACTION, db.config.checkpoint_dirty_fraction))
+        store.core.set_throttle_thresholds(
+            HINT_COW_FRACTION, min(HINT_DIRTY_FRACTION, store.config.checkpoint_dirty_fraction))
 
-    def signals(self) -> "throttling.Signals":
-        s = self._db._signals
-        p = self._db._ckpt.phase_progress()
+    def signals(self, ckpt=None) -> "throttling.Signals":
+        """The policy's inputs now: the core's counters and the checkpointer's phase progress."""
+        s = self._store.signals
+        p = (ckpt or self._store.checkpointer).phase_progress()
         running, pages = p["running"], p["checkpoint_pages"]
         recovered, written = p["recovery_pages_written"], p["pages_written"]
         if not running and s.ckpt_pages:
@@ -69,7 +76,7 @@ class Throttle:
             # are all of them, none written (the counts above are the last
             # checkpoint's).
             running, pages, written = True, s.ckpt_pages, 0
-            recovered = 0 if self._db.config.recovery_data == "checkpoint" else pages
+            recovered = 0 if self._store.config.recovery_data == "checkpoint" else pages
         # positional, in Signals' field order (throttling.snapshot: ~1 us, not ~3)
         return _snapshot(
             s.cow_used, s.cow_capacity, s.dirty_pages, s.slots_total,
@@ -81,24 +88,30 @@ class Throttle:
 
     def check(self) -> None:
         """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""
-        db = self._db
-        s = db._signals
+        db = self._store
+        s = db.signals
         if self._every:
             mine, now = self._local, _monotonic()
             step = self.CHECK_COW_STEP * s.cow_capacity
-            if now < getattr(mine, "due", 0.0) and abs(s.cow_used - mine.cow) < step:
+            if now < mine.__dict__.get("due", 0.0) and abs(s.cow_used - mine.cow) < step:
                 return
             mine.due, mine.cow = now + self._every, s.cow_used
-        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total and not db._ckpt.pending():
+        ckpt = db.checkpointer
+        if ckpt is None:
+            # The store closed after this write was applied: nothing is left
+            # to throttle for, and the write stands (raising now would report
+            # an applied write as failed).
+            return
+        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total and not ckpt.pending():
             # One pending request is enough: a checkpoint serves every request
             # made before it began, and asking on every write would only
             # contend for the checkpointer's lock.
-            db._ckpt.request("dirty pages")
-        park = self.policy.park_seconds(self.signals(), time.monotonic())
+            ckpt.request("dirty pages")
+        park = self.policy.park_seconds(self.signals(ckpt), time.monotonic())
         if park > 0:
             # A writer held back while a checkpoint runs: it must not also be
             # held back by that checkpoint's spread schedule (checkpoint/pacing.py).
-            db._ckpt.hurry("park")
+            ckpt.hurry("park")
             time.sleep(park)
             with self._lock:
                 self.parks += 1
@@ -108,16 +121,19 @@ class Throttle:
 
     def make_room(self, retry) -> None:
         """Wait until the write the core rolled back can succeed."""
-        db = self._db
+        db = self._store
+        if db.checkpointer is None:
+            # closed while the write waited: it was rolled back, so it fails whole
+            raise ClosedError("the store was closed while a write waited for room")
         if retry.code == _native.PS_E_CKPT_FULL:
             with self._lock:
                 self.stalls += 1
             # The buffer only holds copies of pages of the running checkpoint;
             # each page it writes in place frees one.
-            db._ckpt.hurry("stall")
-            used = db._signals.cow_used
+            db.checkpointer.hurry("stall")
+            used = db.signals.cow_used
             deadline = time.monotonic() + 0.05
-            while db._signals.cow_used >= used and time.monotonic() < deadline:
+            while db.signals.cow_used >= used and time.monotonic() < deadline:
                 time.sleep(0.0002)
         elif retry.code == _native.PS_E_NOMEM:
             with self._lock:
@@ -127,7 +143,7 @@ class Throttle:
             # place and released it: wait for the next released chunk, not
             # for a whole new checkpoint (which would also wait out the one
             # running). Without a running checkpoint, start one.
-            ckpt = db._ckpt
+            ckpt = db.checkpointer
             before = ckpt.progress()
             if before["running"]:
                 ckpt.hurry("memory")   # its page writes make the clean slots: no pacing them
@@ -144,6 +160,8 @@ class Throttle:
             raise retry
 
     def stats(self) -> dict:
+        """The throttle's counters for `Database.stats()` (parks, park seconds, stalls, waits for
+        memory)."""
         return {"throttle_policy": self.policy.name, "throttle_parks": self.parks,
                 "throttle_park_seconds": self.park_seconds,
                 "throttle_park_seconds_max": self.park_seconds_max,

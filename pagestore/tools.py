@@ -15,31 +15,31 @@ import fcntl
 import mmap
 import os
 import posixpath
-import re
 import struct
 import warnings
 
 from pagestore.checkpoint.compression import CODEC_NAMES
+from pagestore.diskio import layout
+from pagestore.diskio.layout import PAGE_FILE
+from pagestore.checkpoint.page_header import BODY_AT, FREELIST, PAGE_SIZES, page_id_of, type_of
 from pagestore.checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
 from pagestore.checkpoint.markers import cp_dir, read_marker, scan as scan_cp
 from pagestore.wal.format import TYPE_NAMES
 from pagestore.wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
-from pagestore.wal.recseal import record_opener
-from pagestore.wal.sealed import is_sealed, open_segment, physical_size
+from pagestore.wal.recseal import BlockSealedSegment, record_opener
 from pagestore.wal.segments import read_slot
 
 from . import _native
 from .errors import EncryptionError
-from .pagefile import NAME as PAGE_FILE, looks_sealed
+from .pagefile import looks_sealed
 
 __all__ = ["ToolError", "ReadOnlyFS", "lock_holder", "page_file", "bad_pages", "free_pages",
            "checkpoint_dir", "recovery_file_summary", "wal_slots", "SegmentView", "walk_segment",
            "scan_wal", "check_store_path", "open_page", "ReadOnlyFile"]
 
-_SEG_NAME = re.compile(r"^seg-(\d{8})\.wal$")
-_PAGE_SIZES = (1024, 2048, 4096, 8192, 16384)
 _CHUNK_PAGES = 256
+_FREELIST_HEAD = struct.Struct("<QI")   # a freelist page's body: next page id, ids held (docs/page-format.md)
 
 
 class ToolError(Exception):
@@ -48,11 +48,14 @@ class ToolError(Exception):
 
 # -- read-only file access ------------------------------------------------------------
 class ReadOnlyFile:
+    """A file opened O_RDONLY: the part of `diskio.File` the tools read through."""
+
     def __init__(self, path: str):
         self.path = path
         self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     def pread(self, n: int, offset: int) -> bytes:
+        """Up to `n` bytes at `offset` (fewer only at the end of the file)."""
         out = []
         while n > 0:
             chunk = os.pread(self.fd, n, offset)
@@ -64,9 +67,11 @@ class ReadOnlyFile:
         return b"".join(out)
 
     def size(self) -> int:
+        """The file's size in bytes."""
         return os.fstat(self.fd).st_size
 
     def close(self) -> None:
+        """Close the file (again: nothing)."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -76,20 +81,24 @@ class ReadOnlyFS:
     """What `checkpoint.markers` and `checkpoint.recovery_file` call, opening files O_RDONLY."""
 
     def open(self, path, *, create=False, truncate=False, direct=False):
+        """`path` opened read-only; PermissionError(EROFS) if asked to create or truncate."""
         if create or truncate:
             raise PermissionError(errno.EROFS, "the tools never create or truncate files", path)
         return ReadOnlyFile(path)
 
     def listdir(self, path) -> list:
+        """The names in directory `path`, sorted; empty if it does not exist."""
         return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
     def exists(self, path) -> bool:
+        """Whether `path` exists."""
         return os.path.exists(path)
 
     def makedirs(self, path) -> None:
         """`markers.scan` asks for cp/; a read-only tool creates nothing (listdir of a missing dir is empty)."""
 
     def size(self, path) -> int:
+        """The size of file `path` in bytes."""
         return os.path.getsize(path)
 
 
@@ -99,13 +108,13 @@ def check_store_path(path: str) -> None:
         raise ToolError(f"{path}: no such directory")
     if not os.path.isdir(path):
         raise ToolError(f"{path}: not a directory")
-    if not any(os.path.exists(os.path.join(path, n)) for n in (PAGE_FILE, "wal", "cp")):
+    if not any(os.path.exists(os.path.join(path, n)) for n in (PAGE_FILE, layout.WAL_DIR, layout.CP_DIR)):
         raise ToolError(f"{path}: not a pagestore store (no {PAGE_FILE}, wal/ or cp/)")
 
 
 def lock_holder(store: str):
     """The pid holding the store's LOCK (flock), 0 if held by an unknown pid, None if free."""
-    path = os.path.join(store, "LOCK")
+    path = os.path.join(store, layout.LOCK)
     try:
         st = os.stat(path)
     except OSError:
@@ -160,7 +169,7 @@ def page_file(store: str, cipher=None) -> dict:
         return out
     ps = info["page_size"]
     out.update(info=info, page_size=ps, pages_on_disk=size // ps)
-    if ps not in _PAGE_SIZES:
+    if ps not in PAGE_SIZES:
         out["header_error"] = f"page size {ps} in the meta page is not a supported page size"
     elif size % ps:
         out["header_error"] = f"size {size} is not a multiple of the page size {ps}"
@@ -168,6 +177,7 @@ def page_file(store: str, cipher=None) -> dict:
 
 
 def open_page(cipher, raw, pid, path):
+    """`raw`, page `pid` as read from `path`, opened with `cipher` when the store is encrypted."""
     if cipher is None:
         return raw
     return cipher.open_page(raw, pid, path)
@@ -197,7 +207,7 @@ def bad_pages(pf: dict, cipher=None):
 def _page_reason(page, pid: int) -> str:
     if not any(page):
         return "all zero bytes (never written)"
-    stored = struct.unpack_from("<Q", page, 8)[0]
+    stored = page_id_of(page)
     if stored != pid:
         return f"page id field says {stored}"
     return "checksum mismatch"
@@ -213,9 +223,9 @@ def free_pages(pf: dict, cipher=None):
         while head and head not in seen and head < pf["pages_on_disk"]:
             seen.add(head)
             page = open_page(cipher, f.pread(ps, head * ps), head, pf["file"])
-            if not _native.check_page(page, head) or struct.unpack_from("<H", page, 4)[0] != 5:
+            if not _native.check_page(page, head) or type_of(page) != FREELIST:
                 return None
-            nxt, count = struct.unpack_from("<QI", page, 32)
+            nxt, count = _FREELIST_HEAD.unpack_from(page, BODY_AT)
             pages, ids, head = pages + 1, ids + count, nxt
         return None if head else (pages, ids)
     except EncryptionError:
@@ -240,13 +250,15 @@ def checkpoint_dir(store: str, fs=None) -> dict:
                 try:
                     e[key] = read_marker(fs, path, cid, kind)
                 except (MarkerCorrupt, OSError) as exc:
-                    marker_errors.append({"file": getattr(exc, "path", None) or getattr(exc, "filename", path),
+                    where = exc.path if isinstance(exc, MarkerCorrupt) else (exc.filename or path)
+                    marker_errors.append({"file": where,
                                           "message": str(exc)})
         entries[cid] = e
     known = set()
     for e in entries.values():
         known.update(posixpath.basename(p) for p in e["recovery_files"].values())
-    others = [n for n in fs.listdir(path) if n not in known and not n.endswith(("-START.bin", "-END.bin"))]
+    others = [n for n in fs.listdir(path) if n not in known
+              and (layout.parse_cp_name(n) or (0, "", None))[1] not in ("START", "END")]
     return {"dir": path, "state": cp, "checkpoints": entries, "marker_errors": marker_errors,
             "other_files": others}
 
@@ -285,13 +297,13 @@ def recovery_file_summary(path: str) -> dict:
 # -- the WAL ---------------------------------------------------------------------------------
 def wal_slots(store: str):
     """(slots sorted by number, segment_size or None, segment sizes seen) of <store>/wal."""
-    d = os.path.join(store, "wal")
+    d = os.path.join(store, layout.WAL_DIR)
     slots, sizes = [], set()
     for name in ReadOnlyFS().listdir(d):
-        m = _SEG_NAME.match(name)
-        if not m:
+        number = layout.parse_slot(name)
+        if number is None:
             continue
-        slot = read_slot(ReadOnlyFile, posixpath.join(d, name), int(m.group(1)))
+        slot = read_slot(ReadOnlyFile, posixpath.join(d, name), number)
         if slot.header is not None:
             sizes.add(slot.header.segment_size)
         slots.append(slot)
@@ -305,21 +317,14 @@ class SegmentView:
     def __init__(self, slots, segment_size: int, cipher=None):
         self.slots = {s.number: s for s in slots}
         self.segment_size = segment_size
-        self.cipher = cipher        # opens encrypted segments (wal/sealed.py)
-        self.unopened: dict = {}    # path -> sealed blocks that did not authenticate
+        self.cipher = cipher        # opens the records of encrypted segments (wal/recseal.py)
         self._maps = []
 
-    def expected_size(self, slot) -> int:
-        return physical_size(self.segment_size) if is_sealed(slot.header) else self.segment_size
-
     def read_buffer(self, slot):
+        """`slot`'s segment: mapped read-only, or a zero-padded copy when the file is short."""
         S = self.segment_size
         fd = os.open(slot.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if is_sealed(slot.header):
-                buf, self.unopened[slot.path] = open_segment(os.pread(fd, slot.size, 0), S,
-                                                             self.cipher, slot.path)
-                return buf
             if slot.size >= S:
                 m = mmap.mmap(fd, S, access=mmap.ACCESS_READ)
                 self._maps.append(m)
@@ -332,6 +337,7 @@ class SegmentView:
             os.close(fd)
 
     def close(self) -> None:
+        """Unmap every segment read so far."""
         for m in self._maps:
             try:
                 m.close()
@@ -378,6 +384,10 @@ def scan_wal(slots, segment_size: int, from_lsn: int, cipher=None) -> dict:
                     types[name] = types.get(name, 0) + 1
             except StopIteration as stop:
                 end = stop.value
+    except BlockSealedSegment as e:          # a fault to report, not a reason to stop the tool
+        return {"from_lsn": from_lsn, "stop_lsn": from_lsn, "records": report.records,
+                "types": types, "first": first, "gaps": report.gaps, "chain": [], "off_chain": [],
+                "damage": report.damage + [{"file": e.path, "offset": 0, "lsn": None, "reason": str(e)}]}
     finally:
         view.close()
     return {"from_lsn": from_lsn, "stop_lsn": report.stop_lsn, "records": report.records,

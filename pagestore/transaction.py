@@ -1,12 +1,24 @@
-"""Transactions: buffered writes applied as one atomic batch at commit.
+"""Transactions: serializable, by validating what they read at commit.
 
-A transaction keeps its writes in Python until it commits; reads through the
-transaction see them first (read-your-writes), and its scans merge them with
-the store's. Commit packs the writes into one C call, which applies them under
-the tree lock (no reader sees half of them) and logs them with one txid and a
-COMMIT record (a crash keeps all or none of them), so one commit costs one
-WAL flush. Leaving the `with` block by an exception rolls back: nothing was
-applied, so nothing needs undoing.
+A transaction keeps its writes in Python until it commits, and reads through
+a snapshot (pagestore/snapshot.py) taken at its first read, with its own
+writes laid over it: its reads are repeatable, and it never sees another
+transaction's half. It records each key it read from the snapshot and each
+range it scanned (the whole range asked for, even if the caller stopped
+early). Commit is one C call: under the tree write lock it checks that no
+commit since the snapshot wrote a recorded key or a key inside a recorded
+range, then applies the writes as one batch, logged with one txid and a
+COMMIT record (a crash keeps all or none of them). If something did change,
+the call applies nothing and `ConflictError` is raised: what the transaction
+read is then no longer the store's state, and its writes may rest on it.
+Passing the check means what it read is still the state at its commit, so
+the transaction behaves as if it ran alone at that instant (serializable;
+docs/transactions.md).
+
+A transaction that only writes takes no snapshot and cannot conflict; one
+that only reads conflicts with nothing either (it is serialized at its
+snapshot). A snapshot dropped at the `snapshot_memory` bound makes the
+transaction's next read, or its commit, raise ConflictError: retry it.
 
 Threads may share a transaction: a write that returned is in the commit, and
 one that comes at or after the commit raises ClosedError (a lock orders them;
@@ -15,40 +27,146 @@ without it a put racing commit() could return and be dropped).
 
 from __future__ import annotations
 
+import struct
 import threading
 
-from .errors import ClosedError
+from . import _native
+from . import faults
+from .errors import ClosedError, ConflictError, SnapshotTooOldError
+from .keys import as_key, as_value, bounds
+from .snapshot import Snapshot
+
+__all__ = ["Transaction", "run_transaction"]
 
 _DELETED = object()
+_READ_KEY = struct.Struct("<BI")       # kind 1, key length; then the key
+_READ_RANGE = struct.Struct("<BBII")   # kind 2, flags (1 lo, 2 hi), lo length, hi length; lo, hi
 
 
 class Transaction:
-    def __init__(self, db):
-        self._db = db
+    """Buffered writes applied atomically at commit, if what it read still holds.
+
+    Made by `Database.transaction()`; use it as a context manager (commit on a
+    clean exit, roll back on an exception). `commit()` raises ConflictError
+    when another commit changed what it read: nothing was applied, run it
+    again (`run_transaction` does so).
+    """
+
+    def __init__(self, engine, check_open):
+        self._engine, self._check_store = engine, check_open
         self._writes: dict[bytes, object] = {}
+        self._reads = bytearray()
+        self._read_keys: set[bytes] = set()
+        self._snap: Snapshot | None = None
         self._open = True
         self._lock = threading.Lock()
 
-    # -- the dict-like surface ---------------------------------------------
-    def put(self, key, value) -> None:
+    # -- reads ------------------------------------------------------------------
+    def _snapshot(self) -> Snapshot:
+        snap = self._snap
+        if snap is None:
+            with self._lock:
+                self._check_open()
+                if self._snap is None:
+                    self._snap = Snapshot(self._engine, self._check_store)
+                snap = self._snap
+        return snap
+
+    def _read(self, key: bytes, default):
+        """key's value (default if absent) as this transaction sees it; a read of
+        the snapshot is recorded for the commit's check."""
+        v = self._writes.get(key)
+        if v is not None:
+            return default if v is _DELETED else v
+        snap = self._snapshot()
+        if key not in self._read_keys:         # each key checked once at commit
+            with self._lock:
+                self._read_keys.add(key)
+                self._reads += _READ_KEY.pack(1, len(key))
+                self._reads += key
+        try:
+            return snap.get(key, default)
+        except SnapshotTooOldError as e:
+            raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "
+                                "bound; nothing was applied (run it again)") from e
+
+    def get(self, key, default=None):
+        """The value under `key` as this transaction sees it, or `default`."""
         self._check_open()
-        key, value = self._db._key(key), self._db._value(value)
+        return self._read(as_key(key), default)
+
+    def __getitem__(self, key):
+        v = self.get(key, _DELETED)
+        if v is _DELETED:
+            raise KeyError(key)
+        return v
+
+    def __contains__(self, key) -> bool:
+        return self.get(key, _DELETED) is not _DELETED
+
+    def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
+        """The snapshot's pairs with this transaction's writes laid over them, in
+        key order within [start, stop), optionally by prefix or reversed."""
+        self._check_open()
+        lo, hi = bounds(start, stop, prefix)
+        snap = self._snapshot()
+        with self._lock:
+            self._reads += _READ_RANGE.pack(2, (lo is not None) | (hi is not None) << 1,
+                                            len(lo or b""), len(hi or b""))
+            self._reads += (lo or b"") + (hi or b"")
+        return self._merged(snap.iterate(lo, hi, reverse), lo, hi, reverse)
+
+    def __iter__(self):
+        """The keys of this transaction's view, in order (its writes included)."""
+        return (k for k, _ in self.scan())
+
+    def __len__(self) -> int:
+        """The number of keys in this transaction's view: a count over scan(),
+        which records the whole key space as read."""
+        return sum(1 for _ in self.scan())
+
+    def _merged(self, base, lo, hi, reverse):
+        writes = self._writes
+        mine = sorted(k for k in writes if (lo is None or k >= lo) and (hi is None or k < hi))
+        if reverse:
+            mine.reverse()
+        i = 0
+        try:
+            for k, v in base:
+                while i < len(mine) and ((mine[i] > k) if reverse else (mine[i] < k)):
+                    w = writes[mine[i]]
+                    if w is not _DELETED:
+                        yield mine[i], w
+                    i += 1
+                if i < len(mine) and mine[i] == k:
+                    w = writes[k]
+                    i += 1
+                    if w is not _DELETED:
+                        yield k, w
+                    continue
+                yield k, v
+        except SnapshotTooOldError as e:
+            raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "
+                                "bound; nothing was applied (run it again)") from e
+        for k in mine[i:]:
+            w = writes[k]
+            if w is not _DELETED:
+                yield k, w
+
+    # -- writes -----------------------------------------------------------------
+    def put(self, key, value) -> None:
+        """Buffer a write of `value` under `key`, applied at commit."""
+        self._check_open()
+        key, value = as_key(key), as_value(value)
         with self._lock:
             self._check_open()
             self._writes[key] = value
 
-    def get(self, key, default=None):
-        self._check_open()
-        key = self._db._key(key)
-        v = self._writes.get(key)
-        if v is None:
-            return self._db.get(key, default)
-        return default if v is _DELETED else v
-
     def delete(self, key) -> bool:
+        """Buffer a delete of `key`; True if the key is there as this transaction sees it."""
         self._check_open()
-        key = self._db._key(key)
-        existed = self.get(key, _DELETED) is not _DELETED
+        key = as_key(key)
+        existed = self._read(key, _DELETED) is not _DELETED
         with self._lock:
             self._check_open()
             self._writes[key] = _DELETED
@@ -57,60 +175,54 @@ class Transaction:
     def __setitem__(self, key, value):
         self.put(key, value)
 
-    def __getitem__(self, key):
-        v = self.get(key, _DELETED)
-        if v is _DELETED:
-            raise KeyError(key)
-        return v
-
     def __delitem__(self, key):
         if not self.delete(key):
             raise KeyError(key)
 
-    def __contains__(self, key) -> bool:
-        return self.get(key, _DELETED) is not _DELETED
-
-    def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
-        """The store's scan with this transaction's writes merged in."""
-        self._check_open()
-        lo, hi = self._db._bounds(start, stop, prefix)
-        mine = sorted(k for k in self._writes
-                      if (lo is None or k >= lo) and (hi is None or k < hi))
-        if reverse:
-            mine.reverse()
-        base = self._db.scan(start, stop, prefix=prefix, reverse=reverse)
-        i = 0
-        for k, v in base:
-            while i < len(mine) and ((mine[i] > k) if reverse else (mine[i] < k)):
-                w = self._writes[mine[i]]
-                if w is not _DELETED:
-                    yield mine[i], w
-                i += 1
-            if i < len(mine) and mine[i] == k:
-                w = self._writes[k]
-                i += 1
-                if w is not _DELETED:
-                    yield k, w
-                continue
-            yield k, v
-        for k in mine[i:]:
-            w = self._writes[k]
-            if w is not _DELETED:
-                yield k, w
-
-    # -- ending ---------------------------------------------------------------
+    # -- ending -------------------------------------------------------------------
     def commit(self) -> None:
+        """Apply the writes atomically if nothing this transaction read changed since
+        its snapshot; else raise ConflictError and apply nothing. Ends it either way."""
         with self._lock:
             self._check_open()
             self._open = False
-            ops = [(2, k, b"") if v is _DELETED else (1, k, v) for k, v in self._writes.items()]
-        if ops:
-            self._db._apply_ops(ops)
+            ops = _native.pack_ops((2, k, b"") if v is _DELETED else (1, k, v)
+                                   for k, v in self._writes.items())
+            reads, snap = bytes(self._reads), self._snap
+        try:
+            if ops:
+                self._apply(ops, reads, snap)
+        finally:
+            if snap is not None:
+                snap.release()
+
+    def _apply(self, ops: bytes, reads: bytes, snap) -> None:
+        engine = self._engine
+        core = engine.core
+        if snap is None or not reads:
+            fn, args = core.apply_batch, (ops,)
+        else:
+            fn, args = core.txn_commit, (snap.handle, reads, ops)
+        lsn = -1
+        try:
+            try:
+                lsn = fn(*args)
+            except _native.Retry as r:
+                lsn = engine.retry(r, fn, *args)
+            engine.wal.commit(lsn)
+        except Exception as e:  # noqa: BLE001 - a pagestore.Error (pagestore/faults.py)
+            faults.reraise(e, "commit", engine.wal, lsn)
+        if engine.signals.throttle_hint:
+            engine.throttle.check()
 
     def rollback(self) -> None:
+        """End the transaction, applying nothing."""
         with self._lock:
             self._open = False
             self._writes.clear()
+            snap = self._snap
+        if snap is not None:
+            snap.release()
 
     def __enter__(self):
         return self
@@ -125,6 +237,19 @@ class Transaction:
     def _check_open(self):
         if not self._open:
             raise ClosedError("transaction already committed or rolled back")
-        if self._db._closed:
-            raise ClosedError("store is closed")
+        self._check_store()
 
+
+def run_transaction(db, fn, *, attempts: int = 100):
+    """Run `fn(txn)` in a transaction of `db` and commit, again on ConflictError,
+    up to `attempts` times (the last conflict is raised); returns fn's result."""
+    for attempt in range(attempts):
+        txn = db.transaction()
+        try:
+            with txn:
+                result = fn(txn)
+            return result
+        except ConflictError:
+            if attempt == attempts - 1:
+                raise
+    raise ValueError("attempts must be at least 1")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import posixpath
 
 from pagestore.checkpoint.format import RecoveryFileCorrupt
+from pagestore.diskio import layout
 from pagestore.checkpoint.recovery_file import read_recovery_file
 
 from .errors import CorruptionError, EncryptionError
@@ -90,7 +91,7 @@ def _check_cp(r: _Result, cpd: dict, pf: dict, cipher):
         s, t = e["start"], e["end"]
         if s is not None and t is not None and s.wal_lsn != t.wal_lsn:
             r.fault("markers", f"checkpoint {cid}: END's wal_lsn {t.wal_lsn} differs from START's "
-                               f"{s.wal_lsn}", file=posixpath.join(cpd["dir"], f"{cid:016d}-END.bin"))
+                               f"{s.wal_lsn}", file=posixpath.join(cpd["dir"], layout.marker_name(cid, "END")))
         if t is not None and s is None:
             r.note("markers", f"checkpoint {cid} has END without START (an older marker left behind)")
     nmark = len(cp.starts) + len(cp.ends)
@@ -115,7 +116,7 @@ def _check_cp(r: _Result, cpd: dict, pf: dict, cipher):
         if w not in files:
             msg = f"recovery file {w} of checkpoint {last} is missing (START names {start.recovery_files})"
             if needed:
-                r.fault("recovery", msg, file=posixpath.join(cpd["dir"], f"{last:016d}-RECOVERY-{w:03d}.bin"))
+                r.fault("recovery", msg, file=posixpath.join(cpd["dir"], layout.recovery_file_name(last, w)))
                 bad += 1
             else:
                 r.note("recovery", msg + "; not needed, the checkpoint is complete")
@@ -133,9 +134,9 @@ def _check_cp(r: _Result, cpd: dict, pf: dict, cipher):
                 records += 1
         except (RecoveryFileCorrupt, EncryptionError, OSError) as e:
             bad += 1
-            r.fault("recovery", (getattr(e, "reason", None) or str(e))
-                    + ("" if needed else " (checkpoint complete: not needed to open)"),
-                    file=path, offset=getattr(e, "offset", None))
+            reason, offset = (e.reason, e.offset) if isinstance(e, RecoveryFileCorrupt) else (str(e), None)
+            r.fault("recovery", reason + ("" if needed else " (checkpoint complete: not needed to open)"),
+                    file=path, offset=offset)
     if needed and not bad and records != start.pages:
         r.fault("recovery", f"recovery files of checkpoint {last} hold {records} pages, START says "
                             f"{start.pages}", file=cpd["dir"])
@@ -154,7 +155,7 @@ def _check_pages(r: _Result, pf: dict, cipher, restore_ids, interrupted) -> None
     unknown, the recovery files are damaged, so pages in use are not judged)."""
     if not pf["exists"]:
         r.fault("pages", "the page file is missing", file=pf["file"])
-        r.check("pages", "fault", "pages.dat missing")
+        r.check("pages", "fault", f"{layout.PAGE_FILE} missing")
         return
     if pf["info"] is None or pf["header_error"]:
         r.fault("pages", f"page file header: {pf['header_error']}", file=pf["file"], offset=0, page=0)
@@ -219,12 +220,12 @@ def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted, cip
     if not slots:
         if pointer:
             r.fault("wal", f"no WAL segment files, but checkpoint {complete} points at lsn {pointer}",
-                    file=posixpath.join(store, "wal"))
+                    file=posixpath.join(store, layout.WAL_DIR))
         r.check("wal", "fault" if pointer else "ok", "no WAL segments")
         return
     if seg_size is None:
         r.fault("wal", "segment headers disagree on segment_size: " + ", ".join(map(str, sizes))
-                if sizes else "no WAL segment has a valid header", file=posixpath.join(store, "wal"))
+                if sizes else "no WAL segment has a valid header", file=posixpath.join(store, layout.WAL_DIR))
         r.check("wal", "fault", "WAL segments unreadable")
         return
     w = scan_wal(slots, seg_size, pointer, cipher)
@@ -280,7 +281,7 @@ def _check_tree(r: _Result, pf: dict, cipher, interrupted) -> None:
     try:
         v = tree_check(pf, cipher)
     except (CorruptionError, EncryptionError) as e:
-        page = getattr(e, "page", None)
+        page = e.page
         if page is not None and f"page {page}" not in str(e):
             page = None          # the core's bad-page id is only meaningful when the message names it
         r.fault("tree", str(e), file=pf["file"], page=page,

@@ -19,10 +19,9 @@ logs before its first page record (checkpoint/pagerecords.py) makes the
 rebuild forget them.
 
 The rebuilt image is the checkpoint image but for the two fields ckpt_copy
-stamps: the checkpoint_id field of the common page header (offset 16) is set
-here, when `stamp_checkpoint_id` is on (the store's pages; the test fakes of
-checkpoint/testing.py use that field for their own version numbers), and the
-CRC is stamped by the caller's seal_page.
+stamps: the checkpoint_id field of the common page header
+(checkpoint/page_header.py) is set here, and the CRC is stamped by the
+caller's seal_page.
 
 A delta for a page with no snapshot earlier in the range means the log does
 not hold what this mode promises; rebuilding would be a guess, so it raises.
@@ -32,31 +31,37 @@ any of them), which bounds legacy-mode recovery by the checkpoint's size.
 
 from __future__ import annotations
 
-import struct
+from typing import Iterable, Optional, Protocol
 
+from pagestore.checkpoint.page_header import stamp_checkpoint_id
 from pagestore.checkpoint.pagerecords import (CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, PageRecordsInvalid,
                                     apply_page_delta, checkpoint_id_of, decode_page_snapshot, is_reset)
 
-__all__ = ["PageRecordsInvalid", "rebuild_from_wal", "CHECKPOINT_ID_OFFSET"]
-
-CHECKPOINT_ID_OFFSET = 16        # docs/page-format.md, common header
-_U64 = struct.Struct("<Q")
+__all__ = ["PageRecordsInvalid", "PageRecord", "rebuild_from_wal"]
 
 
-def rebuild_from_wal(records, from_lsn: int, to_lsn: int, checkpoint_id: int, page_size: int,
-                     *, stamp_checkpoint_id: bool = False) -> dict:
+class PageRecord(Protocol):
+    """A WAL record as the rebuild reads it (`wal.Record` is one)."""
+
+    type: int
+    payload: bytes
+    lsn: Optional[int]            # None: records of a source that does not know LSNs
+
+
+def rebuild_from_wal(records: Iterable[PageRecord], from_lsn: int, to_lsn: int, checkpoint_id: int,
+                     page_size: int) -> dict:
     """{page_id: bytearray image} as of `to_lsn`, from records starting at `from_lsn`.
 
-    Stops at the first record at or past `to_lsn` when records carry `lsn`
+    Stops at the first record at or past `to_lsn` when records carry an `lsn`
     (a CHECKPOINT record of the same id earlier in the range was logged by
     a crashed process that never wrote its START, and is passed over);
-    records without `lsn` stop at the CHECKPOINT record of `checkpoint_id`.
+    records whose `lsn` is None stop at the CHECKPOINT record of `checkpoint_id`.
     Logical records are skipped (they are replayed afterwards); a reset
     record drops every image rebuilt so far.
     """
     images: dict[int, bytearray] = {}
     for rec in records:
-        lsn = getattr(rec, "lsn", None)
+        lsn = rec.lsn
         if lsn is not None:
             if lsn < from_lsn:
                 continue
@@ -72,7 +77,6 @@ def rebuild_from_wal(records, from_lsn: int, to_lsn: int, checkpoint_id: int, pa
                 images.clear()
             else:
                 apply_page_delta(images, rec.payload, page_size)
-    if stamp_checkpoint_id:
-        for image in images.values():
-            _U64.pack_into(image, CHECKPOINT_ID_OFFSET, checkpoint_id)
+    for image in images.values():
+        stamp_checkpoint_id(image, checkpoint_id)
     return images

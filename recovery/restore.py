@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pagestore.checkpoint.format import END, START, Marker, RecoveryFileCorrupt, MarkerCorrupt
 from pagestore.checkpoint.markers import cp_dir, read_marker, scan, write_marker
 from pagestore.checkpoint.recovery_file import check_recovery_file_header, read_recovery_batches
+from pagestore.diskio import layout
 
 from .physical import rebuild_from_wal
 
@@ -45,7 +46,14 @@ _CHUNK_PAGES = 64
 
 
 class RecoveryError(Exception):
-    """Recovery cannot proceed without guessing (missing input, inconsistent page records)."""
+    """Recovery cannot proceed without guessing (missing input, inconsistent page records).
+
+    `path` names the file at fault when one is known (else None).
+    """
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
 
 
 @dataclass
@@ -87,7 +95,7 @@ def recover(fs, dirpath: str, sink, *, page_size: int, wal_records=None, seal_pa
         start = read_marker(fs, cpdir, last, START)
         end = read_marker(fs, cpdir, last, END)
         if end.wal_lsn != start.wal_lsn:
-            raise MarkerCorrupt(posixpath.join(cpdir, f"{last:016d}-END.bin"),
+            raise MarkerCorrupt(posixpath.join(cpdir, layout.marker_name(last, "END")),
                                 f"wal_lsn {end.wal_lsn} differs from START's {start.wal_lsn}")
         return RecoveryResult(start.wal_lsn, "ignore_recovery_files" if orphans else "replay", 0,
                               clock() - t0, last, orphans)
@@ -118,10 +126,10 @@ def _restore_from_files(fs, cp, start: Marker, sink, page_size: int, cipher, par
     """Write back every page of the checkpoint's recovery files, each record verified."""
     cid = start.checkpoint_id
     files = cp.recovery_paths(cid)
-    pattern = posixpath.join(cp.path, f"{cid:016d}-RECOVERY-<writer>.bin")
+    pattern = posixpath.join(cp.path, layout.recovery_file_name(cid, 0).replace("000.bin", "<writer>.bin"))
     for w in range(start.recovery_files):
         if w not in files:
-            raise RecoveryFileCorrupt(posixpath.join(cp.path, f"{cid:016d}-RECOVERY-{w:03d}.bin"),
+            raise RecoveryFileCorrupt(posixpath.join(cp.path, layout.recovery_file_name(cid, w)),
                                       f"missing: START of checkpoint {cid} names {start.recovery_files} files")
     extra = [p for w, p in files.items() if w >= start.recovery_files]
     if extra:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional
 
 from .adaptive import AdaptivePolicy
-from .policies import (DisabledPolicy, ExponentialBackoffPolicy, FillRatePolicy,
+from .policies import (DisabledPolicy, ExponentialBackoffPolicy, FillRatePolicy, Policy,
                        SpeedBasedPolicy, fill_rate_park)
 from .signals import Clock, FakeClock, MonotonicClock, Signals
 
@@ -44,7 +44,7 @@ def make_policy(name: Optional[str] = None, clock: Optional[Clock] = None, **opt
 
 
 __all__ = [
-    "AdaptivePolicy", "Clock", "DEFAULT_POLICY", "DisabledPolicy",
+    "AdaptivePolicy", "Clock", "DEFAULT_POLICY", "DisabledPolicy", "Policy",
     "ExponentialBackoffPolicy", "FakeClock", "FillRatePolicy", "MonotonicClock",
     "POLICIES", "Signals", "SpeedBasedPolicy", "fill_rate_park", "make_policy",
 ]

@@ -162,6 +162,7 @@ class AdaptivePolicy:
         return h * x ** (1.0 / self.shape) - elapsed
 
     def park_seconds(self, signals: Signals, now: float) -> float:
+        """Seconds the writer parks now (see the class docstring); 0 when it may go on."""
         s = signals
         if not s.checkpoint_running or s.checkpoint_pages <= 0:
             return 0.0

@@ -26,6 +26,7 @@ class Ema:
         self.value: Optional[float] = None
 
     def add(self, sample: float, dt: float) -> float:
+        """Blend in `sample` taken `dt` seconds after the last one; returns the new average."""
         if self.value is None:
             self.value = float(sample)
         else:
@@ -34,6 +35,7 @@ class Ema:
         return self.value
 
     def reset(self) -> None:
+        """Forget every sample."""
         self.value = None
 
 
@@ -59,6 +61,8 @@ class RateMeter:
         self._v = value
 
     def update(self, value: float, now: float) -> Optional[float]:
+        """Take the counter's `value` at time `now`; returns the averaged rate (None before the
+        first interval of at least `min_interval`)."""
         if self._t is None:
             self.rebase(value, now)
             return self.rate

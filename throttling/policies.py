@@ -31,10 +31,22 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Protocol
 
 from .meters import RateMeter
 from .signals import Clock, MonotonicClock, Signals
+
+
+class Policy(Protocol):
+    """What a store asks of a throttling policy (every policy here is one)."""
+
+    #: The policy's name, as `open(throttling=...)` spells it.
+    name: str
+    #: Seconds a writer may go without asking (0.0: ask on every write).
+    check_interval: float
+
+    def park_seconds(self, signals: Signals, now: float) -> float:
+        """Seconds the writer that just modified a page parks (0: go on)."""
 
 #: Fill above which Ignite's checkpoint-buffer protection starts.
 CP_BUF_THRESHOLD = 2.0 / 3.0
@@ -48,11 +60,13 @@ class DisabledPolicy:
     """Never parks."""
 
     name = "disabled"
+    check_interval = 0.0  # asked on every write, as in Ignite
 
     def __init__(self, clock: Optional[Clock] = None) -> None:
         self.clock = clock or MonotonicClock()
 
     def park_seconds(self, signals: Signals, now: float) -> float:
+        """Always 0.0: writers never park."""
         return 0.0
 
 
@@ -60,6 +74,7 @@ class ExponentialBackoffPolicy:
     """Ignite's old protection: ``start · ratio^n`` above the threshold."""
 
     name = "exponential_backoff"
+    check_interval = 0.0  # asked on every write, as in Ignite
 
     def __init__(self, clock: Optional[Clock] = None, *, start: float = 4e-6,
                  ratio: float = 1.05, threshold: float = CP_BUF_THRESHOLD) -> None:
@@ -70,6 +85,8 @@ class ExponentialBackoffPolicy:
         self.exponent = 0
 
     def park_seconds(self, signals: Signals, now: float) -> float:
+        """Ignite's backoff: 4 µs · 1.05^n while the checkpoint buffer is over 2/3 full, n growing
+        per throttled call; 0 below."""
         if (not signals.checkpoint_running or signals.checkpoint_pages <= 0
                 or signals.fill <= self.threshold):
             self.exponent = 0
@@ -100,11 +117,14 @@ class FillRatePolicy:
     """IEP-113's fill-rate strategy (``FillRateBasedThrottlingStrategy``)."""
 
     name = "fill_rate"
+    check_interval = 0.0  # asked on every write, as in Ignite
 
     def __init__(self, clock: Optional[Clock] = None) -> None:
         self.clock = clock or MonotonicClock()
 
     def park_seconds(self, signals: Signals, now: float) -> float:
+        """IEP-113's park: 10 µs up to 1 s, exponential in how far buffer fill runs ahead of
+        checkpoint progress (DESIGN.md §6); 0 when it does not."""
         if not signals.checkpoint_running or signals.checkpoint_pages <= 0:
             return 0.0
         if not _touches_checkpoint(signals):
@@ -132,6 +152,7 @@ class SpeedBasedPolicy:
     """
 
     name = "speed_based"
+    check_interval = 0.0  # asked on every write, as in Ignite
     MAX_DIRTY = 0.75
     MIN_RATIO_NO_THROTTLE = 0.03
 
@@ -153,6 +174,8 @@ class SpeedBasedPolicy:
         return max(1, len(self._writers))
 
     def park_seconds(self, signals: Signals, now: float) -> float:
+        """Seconds to park so dirtying keeps pace with the checkpointer's measured write speed (see
+        the class docstring); 0 when it does."""
         s = signals
         threads = self._threads(s, now)
         self.mark_speed.update(s.pages_dirtied, now)

@@ -118,18 +118,22 @@ def snapshot(*values) -> Signals:
 class Clock(Protocol):
     """Time source: ``now()`` in seconds, ``sleep(s)`` to park."""
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """Seconds on this clock (monotonic)."""
 
-    def sleep(self, seconds: float) -> None: ...
+    def sleep(self, seconds: float) -> None:
+        """Park the calling thread for `seconds` of this clock."""
 
 
 class MonotonicClock:
     """The real clock: ``time.monotonic`` and ``time.sleep``."""
 
     def now(self) -> float:
+        """`time.monotonic()`."""
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
+        """`time.sleep(seconds)`."""
         if seconds > 0:
             time.sleep(seconds)
 
@@ -146,18 +150,22 @@ class FakeClock:
         self._now = float(start)
 
     def now(self) -> float:
+        """The simulated time."""
         return self._now
 
     def advance(self, seconds: float) -> None:
+        """Move time forward by `seconds`; ValueError if negative."""
         if seconds < 0:
             raise ValueError("a FakeClock cannot go backwards")
         self._now += seconds
 
     def set(self, t: float) -> None:
+        """Jump to absolute time `t`; ValueError if that is in the past."""
         if t < self._now:
             raise ValueError("a FakeClock cannot go backwards")
         self._now = float(t)
 
     def sleep(self, seconds: float) -> None:
+        """Advance by `seconds` at once (no real wait)."""
         if seconds > 0:
             self._now += seconds

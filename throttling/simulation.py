@@ -242,7 +242,6 @@ def simulate(policy_name: str, scenario: Scenario, policy=None) -> dict:
 
     def execute(w: int, kind: str, t: float, started: float) -> None:
         nonlocal dirtied, parks, park_total, park_max, peak, rec_park_max
-        running = cp.running
         if kind == "cow":
             cp.uncopied -= 1
             cp.copied += 1
@@ -336,7 +335,7 @@ def simulate(policy_name: str, scenario: Scenario, policy=None) -> dict:
             freeze, freeze_at = b - a, a
     p_in, p_out = _p99(lat_in), _p99(lat_out)
     return {
-        "policy": getattr(policy, "name", policy_name),
+        "policy": policy_name,
         "scenario": sc.name,
         "ops": len(finished),
         "ops_per_s": len(finished) / sc.duration,
@@ -377,6 +376,7 @@ HEADERS = ["policy", "ops", "stalls", "dblock", "max park", "p99 in", "p99 out",
 
 
 def format_table(rows: List[dict]) -> str:
+    """The result rows as a plain-text table, one line per scenario and policy."""
     widths = [len(f.format(rows[0][k])) if rows else 8 for k, f in COLUMNS]
     head = " | ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(HEADERS, widths)))
     lines = [head, "-" * len(head)]
@@ -386,6 +386,8 @@ def format_table(rows: List[dict]) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Command line: simulate the named scenarios (all by default) under every policy and print the
+    table; returns the exit status."""
     import argparse
 
     ap = argparse.ArgumentParser(description="Compare throttling policies in simulation.")

@@ -12,6 +12,8 @@ from .format import (BLOCK, CHECKPOINT, COMMIT, DELETE, PAGE_DELTA, PAGE_SNAPSHO
                      WINDOW, StreamWriter, encode_record)
 from .archive import Archive, iter_archive, rebuild, wal_end
 from .compact import CompactedFile, finish_interrupted
+from .contracts import SegmentSource, WalHandle
+from .history import LogHistory, SegmentSizeMismatch
 from .log import DEFAULT_FLUSH_INTERVAL, DEFAULT_SEGMENT_SIZE, MODES, Wal
 from .reader import Record, RecoveryReport, SegmentMissing, WalRecoveryWarning, committed_records
 
@@ -20,4 +22,5 @@ __all__ = [
     "WINDOW", "StreamWriter", "encode_record", "DEFAULT_FLUSH_INTERVAL", "DEFAULT_SEGMENT_SIZE",
     "MODES", "Wal", "Record", "RecoveryReport", "SegmentMissing", "WalRecoveryWarning", "committed_records",
     "Archive", "iter_archive", "rebuild", "wal_end", "CompactedFile", "finish_interrupted",
+    "LogHistory", "SegmentSizeMismatch", "SegmentSource", "WalHandle",
 ]

@@ -17,18 +17,18 @@ stopping at the first gap. Recovery of the store never reads the archive;
 `rebuild` uses it to bring an older copy of a store up to date.
 
 Encryption: a copy is the slot file's bytes, so an encrypted store's archived
-segments stay sealed (wal/sealed.py); the compactor and the readers here
-decrypt with the store's cipher, and compacted files of an encrypted store
+segments stay sealed (wal/recseal.py); the compactor and the readers here
+open their records with the store's cipher, and compacted files of an encrypted store
 have sealed chunks (wal/compact.py).
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 import threading
 
 from pagestore.diskio import PosixFS
+from pagestore.diskio.layout import TMP_SUFFIX, WAL_DIR, archive_name, parse_slot
 
 from .compact import DEFAULT_MEMORY_BUDGET, KEPT, CompactedFile, bound_archive, compact, dir_lock, \
     list_archive, read_file, segment_records
@@ -38,11 +38,12 @@ from .reader import committed_records
 __all__ = ["Archive", "iter_archive", "rebuild", "wal_end"]
 
 _CHUNK = 1 << 20
-_SLOT = re.compile(r"^seg-\d{8}\.wal$")
 _RANK = {"wal": 0, "slot": 1, "walc": 2}   # which copy of a segment a reader prefers
 
 
 class Archive:
+    """The archive directory of one store (see the module docstring)."""
+
     def __init__(self, fs, dirpath: str, max_bytes: int, *, compact_after: int = 4,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET, cipher=None):
         self.fs = fs
@@ -61,13 +62,14 @@ class Archive:
         self._thread: threading.Thread | None = None
 
     def path_of(self, seq: int) -> str:
-        return posixpath.join(self.dir, f"seg-{seq:016d}.wal")
+        """The path of the plain archived copy of segment `seq`."""
+        return posixpath.join(self.dir, archive_name(seq))
 
     def add(self, seq: int, src_path: str) -> str:
         """Copy the slot file `src_path`, which holds segment `seq`, into the archive."""
         fs, dst = self.fs, self.path_of(seq)
         src = fs.open(src_path)
-        out = fs.open(dst + ".tmp", create=True, truncate=True)
+        out = fs.open(dst + TMP_SUFFIX, create=True, truncate=True)
         try:
             size = src.size()
             for at in range(0, size, _CHUNK):
@@ -77,7 +79,7 @@ class Archive:
             out.close()
             src.close()
         with self.lock:
-            fs.rename(dst + ".tmp", dst)
+            fs.rename(dst + TMP_SUFFIX, dst)
             fs.fsync_dir(self.dir)
             self.archived += 1
             bound_archive(fs, self.dir, self.max_bytes)
@@ -136,7 +138,8 @@ def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict, cipher=None)
     """Every readable piece (archive plain/compacted files, live slots), headers cached by path and size."""
     found = [(f, l, k, p) for f, l, k, p in list_archive(fs, archive_dir)]
     if wal_dir is not None and fs.exists(wal_dir):
-        found += [(None, None, "slot", posixpath.join(wal_dir, n)) for n in fs.listdir(wal_dir) if _SLOT.match(n)]
+        found += [(None, None, "slot", posixpath.join(wal_dir, n)) for n in fs.listdir(wal_dir)
+                  if parse_slot(n) is not None]
     out = []
     for first, last, kind, path in found:
         try:
@@ -255,7 +258,7 @@ def wal_end(fs, wal_dir: str, cipher=None) -> int:
     best = None
     if fs.exists(wal_dir):
         for name in fs.listdir(wal_dir):
-            if _SLOT.match(name):
+            if parse_slot(name) is not None:
                 h = decode_segment_header(read_file(fs, posixpath.join(wal_dir, name), SEG_HDR_LEN))
                 if h is not None and (best is None or h.seq > best[0]):
                     best = (h.seq, name)
@@ -285,7 +288,7 @@ def rebuild(backup_dir: str, archive_dir: str, *, open_store, fs=None, wal_dir: 
     pagestore.cipher.Cipher made from the same `encryption_key`).
     """
     fs = fs or PosixFS()
-    start = wal_end(fs, posixpath.join(backup_dir, "wal"), cipher)
+    start = wal_end(fs, posixpath.join(backup_dir, WAL_DIR), cipher)
     report: dict = {}
     db = open_store(backup_dir, fs=fs, **options)
     applied = units = 0

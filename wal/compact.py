@@ -54,21 +54,20 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-import re
 import struct
 import threading
 
 import cramjam
 
 from pagestore.diskio import PosixFS
+from pagestore.diskio.layout import TMP_SUFFIX, compacted_name, parse_archive_name
 
 from .format import BLOCK, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR, REC_HDR_LEN, \
     ROLLBACK, crc32c, decode_segment_header, payload_well_formed, physical_end
 from .reader import Record, segment_records as records_of
-from .recseal import record_opener
-from .sealed import NoKeyError, is_sealed, logical_segment
+from .recseal import NoKeyError, record_opener, refuse_block_sealed
 
-__all__ = ["CompactedFile", "DEFAULT_MEMORY_BUDGET", "KEPT", "PLAIN_NAME", "COMPACT_NAME", "bound_archive",
+__all__ = ["CompactedFile", "DEFAULT_MEMORY_BUDGET", "KEPT", "bound_archive",
            "compact", "dir_lock", "finish_interrupted", "list_archive", "read_file", "segment_records"]
 
 KEPT = frozenset((PUT, DELETE, COMMIT, ROLLBACK))
@@ -76,8 +75,6 @@ DEFAULT_MEMORY_BUDGET = 64 << 20
 CHUNK = 256 << 10
 MAGIC, VERSION, ZSTD = b"PSWALCMP", 1, 1
 SEALED_CHUNKS = 1
-PLAIN_NAME = re.compile(r"^seg-(\d{16})\.wal$")
-COMPACT_NAME = re.compile(r"^seg-(\d{16})\.walc$")
 _hdr = struct.Struct("<8sHBBIQQQQQQQII")
 _ent = struct.Struct("<QIIQII")
 _rec = struct.Struct(REC_HDR)
@@ -112,9 +109,9 @@ def read_file(fs, path: str, n: int | None = None) -> bytes:
 def segment_records(buf, cipher=None, path=None):
     """(header, generator of the valid records of a plain segment), header None if invalid.
 
-    `buf` is the segment file's bytes; a block-sealed one is decrypted first
-    (wal/sealed.py), a record-sealed one has its records opened as they are
-    read (wal/recseal.py); both need `cipher`.
+    `buf` is the segment file's bytes; a record-sealed one has its records
+    opened as they are read (wal/recseal.py), which needs `cipher`; a
+    block-sealed one (retired) raises BlockSealedSegment naming `path`.
 
     Records are read from the segment's first record to the first invalid one
     (the rule of wal/reader.py, without the lookahead: a segment that follows
@@ -123,8 +120,7 @@ def segment_records(buf, cipher=None, path=None):
     h = decode_segment_header(buf)
     if h is None or h.segment_size % BLOCK or h.segment_size < FIRST_RECORD:
         return None, iter(())
-    if is_sealed(h):
-        buf = logical_segment(buf, cipher, path, h)
+    refuse_block_sealed(h, path)
     opener = record_opener(h, buf, cipher, path)
     size = min(h.segment_size, len(buf) - len(buf) % BLOCK)
     return h, records_of(buf, h.seq * h.segment_size, size, opener)
@@ -163,6 +159,8 @@ class CompactedFile:
             raise ValueError("chunks do not end at the table")
 
     def records(self):
+        """Yield the file's valid records in LSN order; on a bad chunk stop and say why in
+        `damage`."""
         lo, hi, S = self.prev_end_lsn, self.end_lsn, self.segment_size
         last, total = lo - 1, 0
         for i, (off, clen, rlen, first, cnt, crc) in enumerate(self.table):
@@ -213,7 +211,7 @@ class _Writer:
     def __init__(self, fs, path: str, level: int, chunk: int, cipher=None, first_seq: int = 0):
         self.fs, self.path, self.level, self.chunk = fs, path, level, chunk
         self.cipher, self.first_seq = cipher, first_seq
-        self.f = fs.open(path + ".tmp", create=True, truncate=True)
+        self.f = fs.open(path + TMP_SUFFIX, create=True, truncate=True)
         self.at, self.table, self.pending, self.size, self.count = HDR_LEN, [], [], 0, 0
 
     def add(self, rec: Record) -> None:
@@ -249,7 +247,7 @@ class _Writer:
     def abandon(self) -> None:
         self.f.close()
         with contextlib.suppress(FileNotFoundError):
-            self.fs.remove(self.path + ".tmp")
+            self.fs.remove(self.path + TMP_SUFFIX)
 
 
 # -- the archive directory ---------------------------------------------------------
@@ -258,10 +256,14 @@ def list_archive(fs, archive_dir: str):
     out = []
     for name in fs.listdir(archive_dir):
         path = posixpath.join(archive_dir, name)
-        if (m := PLAIN_NAME.match(name)):
-            out.append((int(m.group(1)), int(m.group(1)), "wal", path))
-        elif (m := COMPACT_NAME.match(name)):
-            seq = last = int(m.group(1))
+        parsed = parse_archive_name(name)
+        if parsed is None:
+            continue
+        seq, kind = parsed
+        if kind == "wal":
+            out.append((seq, seq, "wal", path))
+        else:
+            last = seq
             with contextlib.suppress(Exception):
                 head = _hdr.unpack(read_file(fs, path, HDR_LEN))
                 if head[0] == MAGIC and crc32c(_hdr.pack(*head)[:76]) == head[-1] and head[5] == seq:
@@ -284,7 +286,8 @@ def _complete(fs, path: str, first: int, cipher=None) -> bool:
 
 def finish_interrupted(fs, archive_dir: str, cipher=None) -> int:
     """Complete what a crash interrupted: drop temp files and covered sources. Returns removals."""
-    doomed = [posixpath.join(archive_dir, n) for n in fs.listdir(archive_dir) if n.endswith(".walc.tmp")]
+    doomed = [posixpath.join(archive_dir, n) for n in fs.listdir(archive_dir)
+              if n.endswith(TMP_SUFFIX) and (parse_archive_name(n[:-len(TMP_SUFFIX)]) or (0, ""))[1] == "walc"]
     pieces = list_archive(fs, archive_dir)
     for first, last, kind, path in pieces:
         covered = [p for s, _l, k, p in pieces if k == "wal" and first <= s <= last]
@@ -349,7 +352,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
         """Write the round's file (from `held`, or `records` streamed), publish it, remove its sources."""
         if not rnd:
             return
-        path = posixpath.join(archive_dir, f"seg-{rnd['first']:016d}.walc")
+        path = posixpath.join(archive_dir, compacted_name(rnd['first']))
         w = _Writer(fs, path, level, chunk_size, cipher, rnd["first"])
         try:
             for rec in held if records is None else records:
@@ -361,10 +364,10 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
         held.clear()
         with lock:
             if not all(fs.exists(p) for p in rnd["paths"]):     # the bound removed a source meanwhile
-                fs.remove(path + ".tmp")
+                fs.remove(path + TMP_SUFFIX)
                 st["aborted"] += 1
             else:
-                fs.rename(path + ".tmp", path)
+                fs.rename(path + TMP_SUFFIX, path)
                 fs.fsync_dir(archive_dir)
                 for p in rnd["paths"]:
                     fs.remove(p)
@@ -380,11 +383,10 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
 
     for seq, path in plain:
         try:
-            raw = read_file(fs, path)
+            buf = read_file(fs, path)
         except FileNotFoundError:
             flush()
             continue
-        buf = logical_segment(raw, cipher, path)          # decrypted once, read twice
         h, recs = segment_records(buf, cipher, path)
         if h is None or h.seq != seq:                              # left in place, not compacted
             flush()
@@ -400,7 +402,7 @@ def _compact(fs, archive_dir, memory_budget, lock, max_bytes, level, chunk_size,
             flush()
         if not rnd:
             rnd.update(first=seq, prev=h.prev_end_lsn, S=h.segment_size, paths=[], bytes=0, held=0)
-        rnd.update(last=seq, end=end, held=rnd["held"] + size, bytes=rnd["bytes"] + len(raw))
+        rnd.update(last=seq, end=end, held=rnd["held"] + size, bytes=rnd["bytes"] + len(buf))
         rnd["paths"].append(path)
         st["records_in"] += n_all
         kept = (r for r in segment_records(buf, cipher, path)[1] if r.type in KEPT)

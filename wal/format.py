@@ -16,9 +16,9 @@ Logical addresses
 Segment header (offset 0 of block 0; the rest of block 0 is zero)
    0  8  magic b"PSWALSEG"
    8  2  format version = 1
-  10  2  flags: 0 = plaintext file; 1 = SEALED, the file is encrypted and laid
-         out as wal/sealed.py says (logical bytes here are always 0: the
-         writer and readers see the plaintext segment)
+  10  2  flags: 0 = plaintext; 2 = record-sealed (encrypted: each record's
+         payload sealed, header fields 44..69 added, wal/recseal.py);
+         1 = block-sealed, an encoding of earlier versions, refused
   12  4  block size = 4096
   16  8  segment_size
   24  8  seq
@@ -143,6 +143,8 @@ def decode_segment_header(buf, offset: int = 0) -> SegmentHeader | None:
 
 
 def encode_block_header(first_record: int, block_lsn: int) -> bytes:
+    """A block header (the table above) for a block at `block_lsn` whose first record starts at
+    offset `first_record`, crc included."""
     head = _blk.pack(BLOCK_MAGIC, VERSION, first_record, block_lsn, 0, 0)[:20]
     return head + struct.pack("<I", crc32c(head))
 
@@ -165,22 +167,27 @@ def encode_record(rtype: int, lsn: int, payload: bytes) -> bytes:
 
 
 def payload_put(key: bytes, value: bytes, txid: int = 0) -> bytes:
+    """The payload of a PUT record (txid 0: an atomic operation of its own)."""
     return _put.pack(txid, len(key), len(value)) + key + value
 
 
 def payload_delete(key: bytes, txid: int = 0) -> bytes:
+    """The payload of a DELETE record."""
     return _del.pack(txid, len(key)) + key
 
 
 def payload_commit(txid: int, nops: int) -> bytes:
+    """The payload of a COMMIT record: transaction `txid` of `nops` operations."""
     return _del.pack(txid, nops)
 
 
 def payload_checkpoint(checkpoint_id: int, data: bytes = b"") -> bytes:
+    """The payload of a CHECKPOINT record, `data` appended."""
     return _q.pack(checkpoint_id) + data
 
 
 def payload_rollback(txid: int) -> bytes:
+    """The payload of a ROLLBACK record of transaction `txid`."""
     return _q.pack(txid)
 
 
@@ -239,10 +246,13 @@ class StreamWriter:
     and the writer puts a segment header (prev_end_lsn = end of the last
     record) in it. A block header is written when the write position first
     enters a block. `end_lsn` is the LSN just past the last record written.
+    With `reserve_tags` it lays each record out as a sealed one (16 zero bytes
+    after the payload, counted in its length), as the C encoder does for the
+    Python sealer (wal/recseal.py), which seals them before they are written.
     """
 
     def __init__(self, segment_size: int, buffer, seq: int, offset: int, prev_end_lsn: int,
-                 segment_for=None, *, write_header: bool = True):
+                 segment_for=None, *, write_header: bool = True, reserve_tags: bool = False):
         if segment_size % BLOCK or segment_size < MIN_SEGMENT:
             raise ValueError(f"segment_size must be a multiple of {BLOCK} and >= {MIN_SEGMENT}")
         if offset < BLOCK or offset > segment_size:
@@ -253,12 +263,14 @@ class StreamWriter:
         self.pos = offset
         self.end_lsn = prev_end_lsn
         self.segment_for = segment_for
+        self.tag_room = bytes(16) if reserve_tags else b""
         if write_header:
             buffer[0:BLOCK] = encode_segment_header(segment_size, seq, prev_end_lsn)
 
     def append(self, rtype: int, payload: bytes) -> tuple[int, int]:
         """Append one record; returns (lsn, end_lsn)."""
         size = self.segment_size
+        payload = payload + self.tag_room
         length = REC_HDR_LEN + len(payload)
         start = self.pos + BLOCK_HDR_LEN if self.pos % BLOCK == 0 else self.pos
         if self.pos >= size or physical_end(start, length) > size:
@@ -293,16 +305,21 @@ class StreamWriter:
         return lsn, self.end_lsn
 
     def put(self, key: bytes, value: bytes, txid: int = 0) -> tuple[int, int]:
+        """Append a PUT record; returns (lsn, end_lsn)."""
         return self.append(PUT, payload_put(key, value, txid))
 
     def delete(self, key: bytes, txid: int = 0) -> tuple[int, int]:
+        """Append a DELETE record; returns (lsn, end_lsn)."""
         return self.append(DELETE, payload_delete(key, txid))
 
     def commit(self, txid: int, nops: int) -> tuple[int, int]:
+        """Append a COMMIT record; returns (lsn, end_lsn)."""
         return self.append(COMMIT, payload_commit(txid, nops))
 
     def rollback(self, txid: int) -> tuple[int, int]:
+        """Append a ROLLBACK record; returns (lsn, end_lsn)."""
         return self.append(ROLLBACK, payload_rollback(txid))
 
     def checkpoint(self, checkpoint_id: int, data: bytes = b"") -> tuple[int, int]:
+        """Append a CHECKPOINT record; returns (lsn, end_lsn)."""
         return self.append(CHECKPOINT, payload_checkpoint(checkpoint_id, data))

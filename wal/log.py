@@ -17,7 +17,8 @@ Durability pointers (LSNs, only growing):
              mmap path: `Mapping.publish`, skipped on posix, where the
              mapping *is* the page cache)
   durable    everything below survives power loss (fdatasync of the segment
-             files; fdatasync releases the GIL, so concurrent leaders overlap)
+             files; fdatasync releases the GIL, so concurrent leaders overlap);
+             the commit gate (wal/gate.py) holds it, `_durable` mirrors it
 Invariants:
   (1) durable <= published <= end_lsn() on the simulator; durable <= end_lsn().
   (2) A leader syncs every segment from the one holding `durable` (as it was
@@ -29,12 +30,12 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from _thread import allocate_lock as _allocate_lock
-from time import monotonic as _monotonic
 
 from pagestore.diskio import PosixFS
+from pagestore.diskio.layout import tail_name
 
 from .archive import Archive
+from .gate import ThreadGate
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
 from .reader import RecoveryReport, SegmentMissing, scan
 from .recseal import MAX_SEGMENT, seal_header
@@ -56,15 +57,15 @@ class Wal:
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL, end_lsn=None,
                  max_syncs: int = DEFAULT_MAX_SYNCS, archive: str | None = None,
                  archive_size: int = 1 << 30, cipher=None, direct: bool = False,
-                 write_path: str | None = None, sealing: str = "blocks"):
+                 write_path: str | None = None, sealer: str = "c", gate=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        seal_blocks = cipher is not None and sealing == "blocks"
+        seal_in_python = cipher is not None and sealer == "python"
         if write_path is None:
-            # Block sealing happens when bytes are published, so it needs the
-            # pwrite path (a shared mapping would put plaintext in the file);
-            # records come out of the encoder sealed (sealing="records").
-            write_path = "pwrite" if mode == "fsync" or direct or seal_blocks else "mmap"
+            # Records sealed in Python are sealed when they are published, so
+            # they need the pwrite path (a shared mapping would put plaintext
+            # in the file); the C encoder's come out of it sealed.
+            write_path = "pwrite" if mode == "fsync" or direct or seal_in_python else "mmap"
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
         if direct and write_path != "pwrite":
@@ -82,23 +83,23 @@ class Wal:
         self.write_path = write_path
         self.direct = direct
         self._end_lsn = end_lsn
-        self.cipher = cipher       # blocks sealed at publish (wal/sealed.py) or records by the encoder
-        self.sealing = sealing if cipher is not None else None
-        if self.sealing == "records" and segment_size > MAX_SEGMENT:
-            raise ValueError(f"sealing='records' needs segment_size <= {MAX_SEGMENT}")
+        self.cipher = cipher       # records sealed by the encoder (sealer "c") or at publish ("python")
+        self.sealer = sealer if cipher is not None else None
+        if self.sealer is not None and segment_size > MAX_SEGMENT:
+            raise ValueError(f"an encrypted WAL needs segment_size <= {MAX_SEGMENT}")
         self._segs = Segments(fs, dirpath, segment_size, None, write_path=write_path,
-                              direct=direct, cipher=cipher, sealing=sealing)
+                              direct=direct, cipher=cipher, sealer=sealer, progress=end_lsn)
         self._archive = Archive(fs, archive, archive_size, cipher=cipher) if archive else None
         self._segs.archive = self._archive
         self._pwrite = write_path == "pwrite"
         self._publish_needed = self._pwrite or not isinstance(fs, PosixFS)
         self._released = 0         # pwrite path: segments below this seq have no buffer
-        self._mu = threading.Lock()
-        self._waiters: list = []   # (lsn, gate lock) of commits waiting for a sync round
+        # Group commit's coordination: the C one the store passes, or
+        # ThreadGate for a WAL used without the C core.
+        self._gate = gate if gate is not None else ThreadGate(
+            lambda: self._end_lsn(), self.max_syncs, _MAX_LINGER)
         self._pub_lock = threading.Lock()
         self._published = self._durable = self._start_lsn = 0
-        self._sync_target = 0      # highest target of a leader in flight
-        self._syncing = 0          # leaders in flight
         self._started = False
         self._closed = False
         self._scan_end = None
@@ -107,11 +108,15 @@ class Wal:
         self._flusher = None
         self.flusher_error: BaseException | None = None
         self.recovery_report: RecoveryReport | None = None
-        self._fsyncs = self._rounds = self._grouped = self._group_max = self._round_size = 0
-        self._in_flight = 0        # threads released by the last round, not yet back (see _flush)
-        self._linger_gate = None   # held by a lingering leader, released by the last one back
-        self._sync_mean = 0.0      # moving mean of a sync round's duration, seconds
-        self._lingered = 0.0
+        self._fsyncs = 0
+        self._already = 0          # commits found durable without asking the gate
+        # After a failed write or sync the bytes may be gone from the page
+        # cache (PostgreSQL's fsync finding): the log trusts nothing it has
+        # not acknowledged, refuses every later publish and sync, and on
+        # close blanks what lies past `_acked_end` (see `failure`).
+        self._failure: BaseException | None = None
+        self._acked_end = self._handed_end = 0   # [acked, handed): given to the OS, not acknowledged
+        self.blank_failed = False  # the disk refused the zeros too: unacknowledged records may return
         if mode == "fsync":
             self.commit = self._commit_fsync
         elif self._publish_needed:
@@ -151,7 +156,7 @@ class Wal:
 
     def _cut(self, end, report: RecoveryReport) -> None:
         segs, stop = self._segs, end.stop_lsn
-        suffix = f".tail-{stop}"
+        suffix = tail_name("", stop)
         changed = False
         segs.close_readers()
         if end.tail is not None:
@@ -204,13 +209,14 @@ class Wal:
             fresh = self._scan_end.fresh_seq
         buf = self._segs.acquire(fresh)
         head = encode_segment_header(self.segment_size, fresh, from_end_lsn)
-        buf[0:BLOCK] = seal_header(head, self.cipher) if self.sealing == "records" else head
+        buf[0:BLOCK] = seal_header(head, self.cipher) if self.cipher is not None else head
         if self._pwrite:
             # The header is in the file at once, as with a mapping (a store
             # closed before its first record reopens after this segment).
             self._segs.publish(fresh, 0, BLOCK)
         self._released = fresh
-        self._published = self._durable = self._sync_target = from_end_lsn
+        self._published = self._durable = from_end_lsn
+        self._gate.reset(from_end_lsn)
         self._start_lsn = fresh * self.segment_size   # bytes written count from the fresh segment
         self._started = True
         if self.mode == "background":
@@ -236,132 +242,42 @@ class Wal:
         if lsn > self._durable:
             self._flush(lsn, linger=True)
         else:
-            self._grouped += 1  # covered by a round it did not wait for (unlocked: a statistic)
+            self._already += 1  # covered by a round it did not wait for (unlocked: a statistic)
 
     def flush(self, lsn: int | None = None) -> int:
         """Make the log durable up to `lsn` (default: all written); returns the durable LSN."""
         self._flush(self._end_lsn() if lsn is None else lsn)
-        return self._durable
+        return self._gate.durable
 
     def _flush(self, lsn: int, linger: bool = False) -> None:
-        """Group commit: lead a sync round or wait for one that covers `lsn`.
+        """Group commit: lead a sync round or wait, in the gate, for one that covers `lsn`.
 
-        Each waiter blocks on its own lock; a finishing leader releases the
-        waiters its round covered and, if others are left uncovered, wakes
-        one of them to lead the next round. No herd re-contends for a shared
-        lock, which matters when every commit waits (see docs/wal.md).
-
-        Linger (commits only): the threads a round released come back one at
-        a time (each needs the GIL for its next operation), so the first to
-        return would otherwise sync alone and the rest would form the next
-        round -- groups of ~2 with 16 writers. A new leader therefore waits
-        until every thread the last round released has committed again
-        (`_in_flight` reaches 0), at most about one recent sync's duration,
-        then syncs them all: PostgreSQL's commit_delay/commit_siblings, with
-        the siblings counted instead of guessed. One thread never lingers.
+        The gate (wal/gate.py) elects at most `max_syncs` leaders at once; a
+        leader syncs [start, target) and reports back, whatever happened (a
+        KeyboardInterrupt included), or every later commit would wait for a
+        round no one leads. On failure every waiter retries and meets the
+        error itself as the next leader.
         """
-        mu = self._mu
-        first = True
-        # A KeyboardInterrupt can land in the main thread between any two
-        # calls: once this thread has taken a sync slot (`leading`), the
-        # finally below gives it back whatever happens, or every later commit
-        # would wait for a round no one leads.
-        leading = ok = release = False
-        pause = None
+        gate = self._gate
+        ticket = gate.ticket()
+        ok = False
         try:
-            while True:
-                with mu:
-                    if first:
-                        first = False
-                        if self._in_flight:
-                            self._in_flight -= 1
-                            if not self._in_flight and self._linger_gate is not None:
-                                self._linger_gate.release()
-                                self._linger_gate = None
-                    if self._durable >= lsn:
-                        self._round_size += 1
-                        self._grouped += 1
-                        return
-                    if self._syncing < self.max_syncs and lsn > self._sync_target:
-                        if lsn > self._end_lsn():
-                            raise ValueError(f"lsn {lsn} is past the end of the log {self._end_lsn()}")
-                        self._syncing += 1
-                        leading = True
-                        if (linger and self._in_flight and self._linger_gate is None
-                                and min(_MAX_LINGER, self._sync_mean) > 0):
-                            pause = self._linger_gate = _allocate_lock()
-                            pause.acquire()
-                        if pause is None:
-                            start = self._durable
-                            target = self._end_lsn()
-                            self._sync_target = max(self._sync_target, target)
-                        break
-                    gate = _allocate_lock()
-                    gate.acquire()
-                    self._waiters.append((lsn, gate))
-                try:
-                    gate.acquire()  # released by a leader: covered now, or asked to lead
-                except BaseException:
-                    self._leave_waiters(lsn, gate)
-                    raise
-            if pause is not None:
-                t0 = _monotonic()
-                pause.acquire(True, min(_MAX_LINGER, self._sync_mean))
-                self._lingered += _monotonic() - t0
-                with mu:
-                    if self._linger_gate is pause:
-                        self._linger_gate = None
-                    start = self._durable
-                    target = self._end_lsn()
-                    self._sync_target = max(self._sync_target, target)
-            t0 = _monotonic()
+            if not gate.wait(lsn, linger, ticket):
+                return
+            start, target = ticket.start, ticket.target
+            self.fs.crash_point("wal.round_elected")
             self._sync_range(start, target)
-            self._sync_mean += (_monotonic() - t0 - self._sync_mean) * 0.125
             ok = True
+            if target > self._durable:
+                self._durable = target
         finally:
-            if leading:
-                with mu:
-                    if pause is not None and self._linger_gate is pause:
-                        self._linger_gate = None
-                    self._syncing -= 1
-                    if ok and target > self._durable:
-                        self._durable = target
-                        release = self._pwrite and target // self.segment_size > self._released
-                        self._rounds += 1
-                        self._group_max = max(self._group_max, self._round_size)
-                        self._round_size = 0
-                    elif not ok:
-                        self._sync_target = self._durable
-                    self._round_size += 1
-                    self._grouped += 1
-                    durable, left = self._durable, []
-                    back = 1                  # this leader, and every waiter it releases
-                    for entry in self._waiters:
-                        if entry[0] <= durable:
-                            entry[1].release()
-                            back += 1
-                        else:
-                            left.append(entry)
-                    self._in_flight = back if ok else 0
-                    if left and not ok:       # let every waiter retry (and meet the error itself)
-                        for _lsn, gate in left:
-                            gate.release()
-                        left = []
-                    elif left and self._syncing < self.max_syncs:
-                        left.pop()[1].release()  # it loops back and leads the next round
-                    self._waiters = left
-        if release:
+            # granted is set before wait() returns: an interrupt on the way
+            # back from it still reports the round (done ignores a ticket
+            # that was not granted)
+            if ticket.granted:
+                gate.done(ticket, ok)
+        if self._pwrite and self._durable // self.segment_size > self._released:
             self._release_written()
-
-    def _leave_waiters(self, lsn: int, gate) -> None:
-        """A waiter interrupted (KeyboardInterrupt) leaves the queue; if a leader
-        had already picked it to lead the next round, it hands that on."""
-        with self._mu:
-            try:
-                self._waiters.remove((lsn, gate))
-            except ValueError:                # released already: covered, or asked to lead
-                if lsn > self._durable and self._waiters and self._syncing < self.max_syncs:
-                    self._waiters.pop()[1].release()
 
     def _release_written(self) -> None:
         """pwrite path: drop the buffers of segments wholly below `durable`.
@@ -377,29 +293,80 @@ class Wal:
                 self._released = upto
 
     def _sync_range(self, start: int, target: int) -> None:
-        if self._publish_needed:
-            self._publish_upto(target)
-        self.fs.crash_point("wal.before_fsync")
-        S = self.segment_size
-        for seq in range(start // S, (max(target, 1) - 1) // S + 1):
-            self._segs.sync(seq)
-            self._fsyncs += 1
+        if self._failure is not None:
+            raise self._failure
+        # In fsync mode only the durable is acknowledged; in the others a
+        # record is once published, so a failed sync leaves those intact.
+        acked = self._durable if self.mode == "fsync" else self._visible_end()
+        try:
+            if self._publish_needed:
+                self._publish_upto(target)
+            self.fs.crash_point("wal.before_fsync")
+            S = self.segment_size
+            for seq in range(start // S, (max(target, 1) - 1) // S + 1):
+                self._segs.sync(seq)
+                self._fsyncs += 1
+        except Exception as exc:
+            self._fail(exc, acked)
+            raise
         self.fs.crash_point("wal.after_fsync")
 
-    def _publish_upto(self, target: int) -> None:
+    def _fail(self, exc: BaseException, acked_end: int) -> None:
+        # the first failure wins: later ones are its consequences
         with self._pub_lock:
-            a = self._published
-            if target <= a:
-                return
-            S, segs = self.segment_size, self._segs
-            last = (target - 1) // S
-            for seq in range(a // S, last + 1):
-                base = seq * S
-                lo = max(a - base, 0)
-                hi = target - base if seq == last else self._data_end(seq)
-                if hi > lo:
-                    segs.publish(seq, lo, hi)
-            self._published = target
+            first = self._failure is None
+            if first:
+                self._failure, self._acked_end = exc, acked_end
+                self._handed_end = max(acked_end, self._published)
+        if first:
+            self._blank_unacknowledged()
+
+    def _visible_end(self) -> int:
+        # a posix mapping is the page cache: every written byte is out already
+        return self._published if self._publish_needed else self._end_lsn()
+
+    def in_doubt(self, end_lsn: int) -> bool:
+        """The record ending at `end_lsn` was handed to the OS, not acknowledged,
+        and could not be blanked: after a crash it may or may not be there."""
+        return self.blank_failed and self._acked_end < end_lsn <= self._handed_end
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The write or sync error after which this log refuses to publish or
+        sync (None while healthy). Records past the last acknowledged one
+        are blanked by `close()`, so reopening replays only acknowledged ones."""
+        return self._failure
+
+    def _publish_upto(self, target: int) -> None:
+        first_failure = False
+        try:
+            with self._pub_lock:
+                if self._failure is not None:
+                    raise self._failure
+                a = self._published
+                if target <= a:
+                    return
+                S, segs = self.segment_size, self._segs
+                last = (target - 1) // S
+                try:
+                    for seq in range(a // S, last + 1):
+                        base = seq * S
+                        lo = max(a - base, 0)
+                        hi = target - base if seq == last else self._data_end(seq)
+                        if hi > lo:
+                            segs.publish(seq, lo, hi)
+                except Exception as exc:
+                    # set under the lock, before another publish could cover
+                    # these records and acknowledge a later one
+                    first_failure = self._failure is None
+                    if first_failure:
+                        self._failure, self._acked_end = exc, self._durable if self.mode == "fsync" else a
+                        self._handed_end = max(target, self._acked_end)   # part may have gone
+                    raise
+                self._published = target
+        finally:
+            if first_failure:
+                self._blank_unacknowledged()
 
     def _data_end(self, seq: int) -> int:
         """Offset just past segment seq's last record (from the next segment's header)."""
@@ -432,29 +399,56 @@ class Wal:
 
     @property
     def durable_lsn(self) -> int:
-        return self._durable
+        """Everything below is durable."""
+        return self._gate.durable
 
     def stats(self) -> dict:
-        rounds = self._rounds
+        """The WAL's figures for `Database.stats()` (docs/wal.md lists them)."""
+        g = self._gate.stats()
+        rounds, grouped = g["rounds"], g["grouped"] + self._already
         return {
             "wal_mode": self.mode,
             "wal_bytes_written": max(0, self._end_lsn() - self._start_lsn) if self._started else 0,
             "wal_fsyncs": self._fsyncs,
             "wal_group_commits": rounds,
-            "wal_group_size_mean": self._grouped / rounds if rounds else 0.0,
-            "wal_group_size_max": max(self._group_max, self._round_size),
-            "wal_linger_seconds": self._lingered,
-            "wal_durable_lsn": self._durable,
+            "wal_group_size_mean": grouped / rounds if rounds else 0.0,
+            "wal_group_size_max": max(g["group_max"], g["round_size"]),
+            "wal_linger_seconds": g["lingered"],
+            "wal_durable_lsn": self._gate.durable,
             "wal_segments_created": self._segs.created,
             "wal_segments_live": len(self._segs.live),
             "wal_segments_archived": self._archive.archived if self._archive else 0,
             "wal_encrypted": self.cipher is not None,
-            "wal_sealing": self.sealing,
+            "wal_sealer": self.sealer,
             "wal_write_path": self.write_path,
             "wal_direct": self.direct,
             "wal_pwrites": self._segs.pwrites,
             "wal_pwrite_bytes": self._segs.pwrite_bytes,
         }
+
+    def _blank_unacknowledged(self) -> None:
+        """After a failure (at once, and again on close): zero [acked end,
+        written end) in the segments and hand the zeros to the file, so a
+        reopen ends the log at the last acknowledged record. Best effort: the
+        disk may refuse this too (`blank_failed`), and then what it already
+        had of those records may come back."""
+        lo, hi, S = self._acked_end, self._end_lsn(), self.segment_size
+        for seq in range(lo // S, (max(hi, 1) - 1) // S + 1):
+            try:
+                buf = self._segs.buffer(seq)
+            except KeyError:
+                continue
+            a, b = max(lo - seq * S, 0), min(hi - seq * S, S)
+            if b <= a:
+                continue
+            buf[a:b] = bytes(b - a)
+            try:
+                self._segs.publish(seq, a, b)
+                self._segs.sync(seq)
+            except Exception:  # noqa: BLE001 - the failure that started this is what is reported
+                self.blank_failed = True
+                return
+        self.blank_failed = False
 
     def abandon(self) -> None:
         """Stop background threads without flushing (tests: the process dies here)."""
@@ -473,10 +467,14 @@ class Wal:
         if self._flusher is not None:
             self._flusher.join()
         try:
-            if self._started:
+            if self._started and self._failure is None:
                 self.flush()
         finally:
             self._closed = True
-            self._segs.close()
+            try:
+                if self._failure is not None:
+                    self._blank_unacknowledged()
+            finally:
+                self._segs.close()
             if self._archive is not None:
                 self._archive.close()  # lets a background compaction round finish

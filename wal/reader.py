@@ -17,26 +17,25 @@ found means the writer got further than the stop: a valid record there is a
 and gaps raise a `WalRecoveryWarning` naming file and offset and are listed
 in the `RecoveryReport`; the caller (wal/log.py) then cuts the tail aside.
 
-Encrypted segments. Block-sealed ones (wal/sealed.py) are read through
-`segs.read_buffer`, which decrypts them: a sealed block that does not
-authenticate reads as zeros, so it stops replay like a block never written,
-and the look-ahead reports written blocks after it. The tail kept aside stays
-sealed. Record-sealed ones (wal/recseal.py) are read as they are stored and
-each record is opened after its crc checks (`segs.cipher`); one that does not
-authenticate is damage. The bulk scanner reads them only if it says so
-(`reads_sealed`), with the segment's key and salt.
+Encrypted segments (record-sealed, wal/recseal.py) are read as they are
+stored and each record is opened after its crc checks (`segs.cipher`); one
+that does not authenticate is damage. The tail kept aside is copied as
+stored, so it stays sealed. The bulk scanner reads them only if it says so
+(`reads_sealed`), with the segment's key and salt. A segment of the retired
+block-sealed encoding raises BlockSealedSegment naming its file.
 """
 
 from __future__ import annotations
 
 import struct
 import warnings
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, CONTINUED, DELETE, FIRST_RECORD,
                      PUT, REC_HDR, REC_HDR_LEN, ROLLBACK, TYPE_NAMES, WINDOW, crc32c,
                      decode_block_header, payload_well_formed, physical_end)
-from .recseal import record_opener
+from .recseal import record_opener, refuse_block_sealed
 
 __all__ = ["RUN", "Record", "RecordRun", "RecoveryReport", "ScanEnd", "WalRecoveryWarning",
            "record_offset", "segment_records",
@@ -79,6 +78,7 @@ class Record:
 
     @property
     def payload(self) -> bytes:
+        """The record's payload (its bytes after the record header)."""
         return self.raw[REC_HDR_LEN:]
 
     @property
@@ -90,6 +90,7 @@ class Record:
 
     @property
     def key(self):
+        """The key of a PUT or DELETE, else None."""
         if self.type == PUT:
             return self.raw[33:33 + _put.unpack_from(self.raw, REC_HDR_LEN)[1]]
         if self.type == DELETE:
@@ -98,16 +99,19 @@ class Record:
 
     @property
     def value(self):
+        """The value of a PUT, else None."""
         if self.type == PUT:
             return self.raw[33 + _put.unpack_from(self.raw, REC_HDR_LEN)[1]:]
         return None
 
     @property
     def nops(self):
+        """The operation count of a COMMIT, else None."""
         return _del.unpack_from(self.raw, REC_HDR_LEN)[1] if self.type == COMMIT else None
 
     @property
     def checkpoint_id(self):
+        """The checkpoint id of a CHECKPOINT, else None."""
         return _q.unpack_from(self.raw, REC_HDR_LEN)[0] if self.type == CHECKPOINT else None
 
     def __repr__(self) -> str:
@@ -147,7 +151,7 @@ def committed_raw(records, scanner=None):
     records in bulk (see `scan`).
     """
     it = iter(records)
-    send = getattr(it, "send", None) if scanner is not None else None
+    send = it.send if scanner is not None and isinstance(it, Generator) else None
     pending: dict[int, list] = {}
     try:
         rec = next(it)
@@ -215,9 +219,11 @@ class RecoveryReport:
 
     @property
     def clean(self) -> bool:
+        """True when the read found no damage, no gap and set nothing aside."""
         return not (self.damage or self.gaps or self.set_aside)
 
     def warn(self, kind: str, file: str, offset: int, lsn, reason: str) -> None:
+        """Record a gap or damage at `file`/`offset` and issue a `WalRecoveryWarning`."""
         entry = {"file": file, "offset": offset, "lsn": lsn, "reason": reason}
         (self.gaps if kind == "gap" else self.damage).append(entry)
         warnings.warn(WalRecoveryWarning(f"WAL {kind} in {file} at offset {offset} (lsn {lsn}): {reason}"),
@@ -365,15 +371,16 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
     bulk = None
     while True:
         if cur is not None:
+            refuse_block_sealed(cur.header, cur.path)
             chain.append(cur)
             buf, base, good = segs.read_buffer(cur), seq * S, set()
-            opener = record_opener(cur.header, buf, getattr(segs, "cipher", None), cur.path)
+            opener = record_opener(cur.header, buf, segs.cipher, cur.path)
             while True:
                 o = record_offset(p, base, S)
                 if o is None:
                     fail = None
                     break
-                if bulk is not None and (opener is None or getattr(bulk, "reads_sealed", False)):
+                if bulk is not None and (opener is None or bulk.reads_sealed):
                     n, raw, end = bulk(buf, base, o, S) if opener is None else \
                         bulk(buf, base, o, S, **opener.scan_args)
                     if n:
@@ -407,13 +414,10 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
     end = ScanEnd(p, chain, sorted(off_chain, key=lambda s: s.number), fresh)
     if fail is not None:
         end.tail = _examine_stop(fail, S, report, segs)
-    expected = getattr(segs, "expected_size", lambda slot: S)
     for slot in sorted(segs.slots.values(), key=lambda s: s.number):
-        want = expected(slot)
-        if slot.size < want:
-            what = f"segment_size {S}" if want == S else f"{want}, the sealed size of segment_size {S}"
+        if slot.size < S:
             report.warn("damage", slot.path, slot.size, None,
-                        f"segment file is {slot.size} bytes, shorter than {what} "
+                        f"segment file is {slot.size} bytes, shorter than segment_size {S} "
                         "(truncated, or its preallocation was lost)")
     return end
 
@@ -423,11 +427,6 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
     slot, buf, base, o, reason, opener = fail
     x = base + o
     b = o - o % BLOCK
-    # A sealed block that did not open reads as zeros: name it if the stop is at or just before it.
-    unopened = getattr(segs, "unopened", {}).get(slot.path, ())
-    near = [i for i in (b // BLOCK, b // BLOCK + 1) if i in unopened]
-    note = (f"; sealed block {near[0]} (offset {near[0] * BLOCK}) does not authenticate: a changed "
-            "byte or a torn write" if near else "")
     damaged = False
     head_raw = bytes(buf[b:b + BLOCK_HDR_LEN])
     h = decode_block_header(buf, b)
@@ -439,7 +438,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
         if lsn == x or (lsn != 0 and _ours_but_lsn(buf, o, head, x, size)):
             damaged = True
     if damaged:
-        report.warn("damage", slot.path, o, x, reason + note)
+        report.warn("damage", slot.path, o, x, reason)
     # Look ahead: the rest of this block byte by byte, then WINDOW blocks.
     good: set = set()
     seen = False
@@ -460,7 +459,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
             if _gap_record(buf, base, nb + hb[0], size, good, slot, report, opener):
                 break
     if seen and not damaged and not report.gaps:
-        report.warn("damage", slot.path, o, x, "written data follows the end of the log" + note)
+        report.warn("damage", slot.path, o, x, "written data follows the end of the log")
     if not (damaged or seen):
         return None
     tail_end = b + BLOCK
@@ -468,8 +467,7 @@ def _examine_stop(fail, size: int, report: RecoveryReport, segs=None):
         hb = decode_block_header(buf, nb)
         if hb is not None and hb[1] == base + nb:
             tail_end = nb + BLOCK
-    sealed = getattr(segs, "tail_bytes", lambda *a: None)(slot, o, min(tail_end, size))
-    return slot, o, sealed if sealed is not None else bytes(buf[o:min(tail_end, size)])
+    return slot, o, bytes(buf[o:min(tail_end, size)])
 
 
 def _ours_but_lsn(buf, o: int, head: bytes, x: int, size: int) -> bool:

@@ -1,13 +1,15 @@
-"""Record-sealed WAL segments (header flag 2): the encoder seals each record.
+"""Record-sealed WAL segments (header flag 2): the one encrypted WAL format.
 
-An encrypted store's WAL is written this way when the C core can load
-libcrypto (`pagestore._native.wal_seal_available()`); otherwise it falls back
-to sealing whole blocks at publish time (wal/sealed.py, flag 1). The file is
-the logical segment of wal/format.py byte for byte (segment_size bytes; block
-headers and record headers in plaintext), so it is written through a shared
-mapping (log_only, background) or pwrite (fsync) exactly like a plaintext
-one. All integers are little-endian; the C encoder (pagestore/csrc/walenc.c)
-writes the same bytes.
+Every record of an encrypted store's WAL is sealed on its own. The C encoder
+(pagestore/csrc/walenc.c) seals it as it writes it when the core can load
+libcrypto (`pagestore._native.wal_seal_available()`). Otherwise the encoder
+only lays the record out sealed (`Core.wal_reserve_tags`: room for the tag,
+plaintext payload) into memory that is not the file, and `RecordSealer` below
+seals each record in place, with the same bytes, before the pwrite path
+writes it (so that fallback writes through pwrite, never a shared mapping).
+The file is the logical segment of wal/format.py byte for byte (segment_size
+bytes; block headers and record headers in plaintext). All integers are
+little-endian.
 
 Segment header additions (block 0):
     off  size  field
@@ -45,6 +47,12 @@ each offset holds at most one record, since the encoder only appends and
 recovery continues in a fresh segment after the stop. Copies of a store
 (backups, clones) draw their own salts for every segment they write.
 
+Segments of the block-sealed encoding of earlier versions (flag 1: every
+4 KiB block sealed at publish time, files longer than segment_size) are not
+read: `refuse_block_sealed` raises BlockSealedSegment naming the file, which
+the facade reports as a CorruptionError (docs/encryption.md says how to
+convert such a store).
+
 In the clear: segment and block headers, and each record's length, LSN and
 type (so the sizes of keys plus values, and which records are commits or
 checkpoints); keys, values, transaction ids and page images are sealed.
@@ -55,12 +63,34 @@ from __future__ import annotations
 import os
 import struct
 
-from .format import BLOCK, SEG_HDR_LEN, crc32c
-from .sealed import NoKeyError
+from .format import BLOCK, BLOCK_HDR_LEN, REC_HDR_LEN, SEG_HDR_LEN, crc32c
 
-__all__ = ["SEALED_RECORDS", "TAG", "is_record_sealed", "seal_header", "record_opener"]
+__all__ = ["SEALED_RECORDS", "SEALED_BLOCKS", "TAG", "NoKeyError", "BlockSealedSegment", "is_record_sealed",
+           "refuse_block_sealed", "seal_header", "record_opener", "RecordSealer", "MAX_SEGMENT"]
+
+
+class NoKeyError(Exception):
+    """An encrypted WAL file read without a key. `path` names it; pagestore's facade
+    reports it as EncryptionError (wal does not import pagestore)."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class BlockSealedSegment(Exception):
+    """A segment in the retired block-sealed encoding (header flag 1). `path` names
+    it; pagestore's facade reports it as CorruptionError."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path}: WAL segment is sealed in 4 KiB blocks (header flag 1), an "
+                         "encoding this version does not read; docs/encryption.md says how to "
+                         "convert the store")
+        self.path = path
+
 
 SEALED_RECORDS = 2
+SEALED_BLOCKS = 1                   # retired: refused, never written
 TAG = 16
 KEY_ID_AT = SEG_HDR_LEN             # 44
 SALT_AT = KEY_ID_AT + 1             # 45
@@ -73,16 +103,24 @@ MAX_SEGMENT = 0xFFFFFFFF
 
 
 def is_record_sealed(header) -> bool:
+    """True for the header of a record-sealed segment."""
     return header is not None and header.flags == SEALED_RECORDS
 
 
-def seal_header(block0, cipher) -> bytes:
-    """Block 0 of a record-sealed segment from the plaintext header block `block0`."""
+def refuse_block_sealed(header, path: str) -> None:
+    """Raise BlockSealedSegment naming `path` if `header` is of the retired block-sealed kind."""
+    if header is not None and header.flags == SEALED_BLOCKS:
+        raise BlockSealedSegment(path)
+
+
+def seal_header(block0, cipher, salt: bytes | None = None) -> bytes:
+    """Block 0 of a record-sealed segment from the header block `block0` (plain, or
+    laid out by an encoder with reserved tags); `salt` is drawn at random unless given."""
     head = bytearray(block0[:BLOCK])
     struct.pack_into("<H", head, 10, SEALED_RECORDS)
     struct.pack_into("<I", head, 40, crc32c(bytes(head[:40])))
     kid = cipher.key_id
-    salt = os.urandom(8)
+    salt = os.urandom(8) if salt is None else bytes(salt)
     head[KEY_ID_AT] = kid
     head[SALT_AT:CHECK_AT] = salt
     head[CHECK_AT:CHECK_AT + TAG] = cipher.tag(kid, salt + _CHECK_OFFSET, _HEADER_AD + bytes(head[:SALT_AT]))
@@ -124,3 +162,84 @@ def record_opener(header, buf, cipher, path):
     # what a bulk scanner that reads sealed segments needs (pagestore._native.wal_scan)
     open_record.scan_args = dict(key=cipher.key_bytes(kid), salt=salt)
     return open_record
+
+
+class RecordSealer:
+    """Seals, in place, the records of one segment buffer that an encoder with
+    reserved tags (`Core.wal_reserve_tags`) laid out: the same bytes the C
+    encoder writes when it seals (nonce salt | u32 offset, associated data the
+    record's bytes [4, 17), crc over the ciphertext and tag).
+
+    `seal_to(buf, end)` seals every record that ends at or before offset
+    `end` (a record boundary: the encoder's end of log, or the segment's data
+    end) that is not sealed yet; the first call seals the header block, with
+    `salt` or a random one. The caller serialises calls per segment and
+    writes bytes only below `end` after the call. Records never span
+    segments; a record may span blocks, whose headers it skips.
+    """
+
+    __slots__ = ("cipher", "salt", "pos", "_encrypt")
+
+    def __init__(self, cipher, salt: bytes | None = None):
+        self.cipher = cipher
+        self.salt = salt
+        self.pos = 0                 # offset up to which the segment is sealed (0: header not yet)
+        self._encrypt = cipher.encryptor(cipher.key_id)
+
+    def seal_to(self, buf, end: int) -> None:
+        """Seal in place every record of `buf` ending at or before `end` not sealed yet (see the
+        class docstring)."""
+        if self.pos == 0:
+            if self.salt is None and any(buf[SALT_AT:CHECK_AT + TAG]):
+                self.salt = bytes(buf[SALT_AT:CHECK_AT])      # a header sealed already (Wal.start)
+            buf[0:BLOCK] = seal_header(buf[:BLOCK], self.cipher, self.salt)
+            self.salt = bytes(buf[SALT_AT:CHECK_AT])
+            self.pos = BLOCK
+        pos, salt, encrypt = self.pos, self.salt, self._encrypt
+        mv = memoryview(buf)
+        while pos < end:
+            if pos % BLOCK == 0:
+                pos += BLOCK_HDR_LEN
+                if pos >= end:
+                    break
+            room = BLOCK - pos % BLOCK
+            if room >= REC_HDR_LEN:
+                length = _u32.unpack_from(buf, pos + 4)[0]
+                if REC_HDR_LEN + TAG <= length <= room:
+                    # the common case, a record inside one block: sealed where it lies
+                    top = pos + length
+                    buf[pos + REC_HDR_LEN:top] = encrypt(salt + _u32.pack(pos), mv[pos + REC_HDR_LEN:top - TAG],
+                                                         mv[pos + 4:pos + REC_HDR_LEN])
+                    _u32.pack_into(buf, pos, crc32c(mv[pos + 4:top]))
+                    pos = top
+                    continue
+            spans = _spans(pos, REC_HDR_LEN)
+            head = b"".join(bytes(buf[a:b]) for a, b in spans)
+            length = _u32.unpack_from(head, 4)[0]
+            if length < REC_HDR_LEN + TAG:
+                raise ValueError(f"record at offset {pos}: length {length} is not a sealed record's")
+            spans = _spans(pos, length)
+            raw = b"".join(bytes(buf[a:b]) for a, b in spans)
+            sealed = encrypt(salt + _u32.pack(pos), raw[REC_HDR_LEN:length - TAG], raw[4:REC_HDR_LEN])
+            out = bytearray(raw[:REC_HDR_LEN]) + sealed
+            _u32.pack_into(out, 0, crc32c(bytes(out[4:])))
+            at = 0
+            for a, b in spans:
+                buf[a:b] = out[at:at + b - a]
+                at += b - a
+            pos = spans[-1][1]
+        self.pos = max(pos, self.pos)
+
+
+def _spans(pos: int, n: int) -> list:
+    """[(start, stop)] offsets holding n logical bytes from `pos`, block headers skipped."""
+    out = []
+    while n:
+        if pos % BLOCK == 0:
+            pos += BLOCK_HDR_LEN
+        take = min(n, BLOCK - pos % BLOCK)
+        out.append((pos, pos + take))
+        pos += take
+        n -= take
+    return out
+

@@ -1,15 +1,28 @@
 """WAL segment slot files: discovery, preallocation, mapping, reuse in rotation.
 
-A slot is a file `<wal dir>/seg-NNNNNNNN.wal` of exactly `segment_size`
-bytes; the number in its name is only a slot number, the segment header
+A slot is a file `<wal dir>/seg-NNNNNNNN.wal` (diskio/layout.py) of exactly
+`segment_size` bytes; the number in its name is only a slot number, the segment header
 inside says which absolute `seq` the slot currently holds. Slots are created
 on demand and reused once the segment they hold lies wholly before the trim
 pointer (seq < trim_lsn // segment_size).
 
+Sizing. With `progress` (the writer's end LSN, given by wal/log.py) a slot
+is sparse: `segment_size` bytes of apparent size (readers and mappings see a
+whole segment, holes read as zeros), its first GROW_FIRST bytes allocated and
+zeroed when prepared, and the grower thread allocates the newest live
+segment ahead of the writer (`File.allocate`, which changes no byte, so it
+may run while the encoder writes). Once the writer has moved past a whole
+segment in this process, slots are prepared whole (allocated and zeroed),
+the cheapest case for fdatasync. A new store's WAL is then ~2 MiB, not two
+whole segments. Without `progress`, every slot is prepared whole.
+
 Invariants:
-  (1) A slot is handed to the writer only after its file is preallocated,
+  (1) A slot is handed to the writer only after its file is preallocated
+      (its first GROW_FIRST bytes when sparse; apparent size segment_size),
       fsynced, and (when new) its directory entry is fsynced: a record
-      acknowledged as durable never sits in a file that can vanish.
+      acknowledged as durable never sits in a file that can vanish. A record
+      written into a hole is made durable by the same fdatasync, which also
+      commits the allocation.
   (2) Each seq is held by at most one slot the reader can reach: recovery
       renames every slot outside the replay chain aside before a fresh
       segment is written (wal/log.py).
@@ -20,126 +33,60 @@ Invariants:
       4096-aligned memory of segment_size bytes, and `publish` pwrites
       whole 4 KiB blocks of it to the same offsets of the open slot file.
       Bytes of the file below the published point equal the buffer's.
-  (5) With a cipher (encryption_key) and sealing="records", the encoder
-      seals every record (wal/recseal.py): the buffer already holds what the
-      file must hold, so both write paths work as without a cipher.
-      With sealing="blocks" (the fallback when the C core has no libcrypto),
-      the pwrite path is the only one: the buffer holds the plaintext
-      segment, `publish` seals the blocks it covers (wal/sealed.py:
-      complete blocks in one pwrite, the partial last block in a second
-      one, to a tail slot), and slot files are `physical_size(segment_size)`
-      bytes. `read_buffer` gives readers the plaintext segment back. O_DIRECT
-      is refused: sealed blocks are 4128 bytes, not 4 KiB aligned.
+  (5) With a cipher (encryption_key) every record is sealed (wal/recseal.py)
+      and the file is the logical segment, so both write paths work as
+      without a cipher. sealer="c": the encoder seals each record as it
+      writes it. sealer="python" (the C core has no libcrypto): the encoder
+      lays records out with their tags reserved, and `publish` seals each
+      new record in the buffer (RecordSealer) before it pwrites; that needs
+      the pwrite path, since a shared mapping would put plaintext in the
+      file. A segment of the retired block-sealed encoding is refused when
+      the replay needs it (wal/reader.py); a free slot holding one is zeroed
+      before reuse like any slot of another kind.
 
 Every file operation goes through the `diskio` file system given.
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
-import re
 import threading
 
-from pagestore.diskio import PosixFS, aligned_buffer
+from pagestore.diskio import PosixFS
+from pagestore.diskio.layout import parse_slot, slot_name
 
-from .format import BLOCK, SEG_HDR_LEN, decode_segment_header
-from .recseal import SEALED_RECORDS
-from .sealed import (SEALED, BlockSealer, is_sealed, open_segment, physical_offset, physical_size,
-                     tail_offset)
+from .format import BLOCK
+from .growth import Growth
+from .recseal import RecordSealer
+from .slot import LiveSegment, SegmentSizeMismatch, Slot, read_slot
+from .spare import SparePreparer
 
-__all__ = ["Segments", "Slot", "read_slot", "slot_name", "SEALINGS", "WRITE_PATHS"]
+__all__ = ["Segments", "Slot", "read_slot", "slot_name", "SEALERS", "WRITE_PATHS"]
 
 WRITE_PATHS = ("mmap", "pwrite")
-SEALINGS = ("blocks", "records")   # with a cipher: wal/sealed.py or wal/recseal.py
+SEALERS = ("c", "python")   # with a cipher: who seals the records (wal/recseal.py)
 
-_ZERO_CHUNK = 1 << 20
-_ZEROS = bytes(_ZERO_CHUNK)
-_NAME = re.compile(r"^seg-(\d{8})\.wal$")
-
-
-_BY_ACQUIRE = "acquire"     # Segments._preparer: the acquiring thread prepares it itself
-
-
-def slot_name(number: int) -> str:
-    return f"seg-{number:08d}.wal"
-
-
-class SegmentSizeMismatch(ValueError):
-    """A segment file of another segment_size than the one the store was opened with."""
-
-
-class Slot:
-    """One slot file as found on disk: its number, path, size and header."""
-
-    __slots__ = ("number", "path", "size", "header", "blank")
-
-    def __init__(self, number: int, path: str, size: int, header, blank: bool = True):
-        self.number = number
-        self.path = path
-        self.size = size
-        self.header = header  # SegmentHeader or None (fresh, torn or foreign)
-        self.blank = blank    # header and first record block all zero (never written)
-
-    @property
-    def seq(self):
-        return None if self.header is None else self.header.seq
-
-    def __repr__(self) -> str:
-        return f"Slot({self.path}, seq={self.seq}, size={self.size})"
-
-
-def read_slot(open_file, path: str, number: int) -> Slot:
-    """The Slot of a slot file from its first bytes; `open_file(path)` gives a diskio File."""
-    f = open_file(path)
-    try:
-        size = f.size()
-        raw = f.pread(min(size, SEG_HDR_LEN), 0)
-        # Blank means never written, so free to reuse as a fresh segment. A
-        # zeroed header alone is not that: records after it mean the header
-        # was damaged, and the slot is damage to report and set aside, not a
-        # slot whose records may be overwritten unreported.
-        blank = not any(raw) and (size <= BLOCK or not any(f.pread(min(size - BLOCK, BLOCK), BLOCK)))
-    finally:
-        f.close()
-    return Slot(number, path, size, decode_segment_header(raw), blank)
-
-
-class _Live:
-    """A segment handed to the writer: its slot, buffer, mapping (mmap path) and file."""
-
-    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed", "sealer", "seal_lock")
-
-    def __init__(self, slot: Slot, mapping, buffer, file, sealer=None):
-        self.slot = slot
-        self.mapping = mapping  # diskio Mapping (mmap path) or None (pwrite path)
-        self.buffer = buffer    # what the encoder writes into; None once released
-        self.file = file
-        self.busy = 0         # syncs running on `file`
-        self.doomed = False   # trimmed while busy: the last sync closes it
-        self.sealer = sealer  # BlockSealer with a cipher, set once the seq is known
-        self.seal_lock = threading.Lock()   # sealed writes vs. the epoch a sync covers
-
-
-class Segments:
+class Segments(SparePreparer, Growth):
     """The slot files of one WAL directory."""
 
     def __init__(self, fs, dirpath: str, segment_size: int, archive=None, *,
                  write_path: str = "mmap", direct: bool = False, cipher=None,
-                 sealing: str = "blocks"):
+                 sealer: str = "c", progress=None):
         if write_path not in WRITE_PATHS:
             raise ValueError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
-        if sealing not in SEALINGS:
-            raise ValueError(f"sealing must be one of {SEALINGS}, got {sealing!r}")
+        if sealer not in SEALERS:
+            raise ValueError(f"sealer must be one of {SEALERS}, got {sealer!r}")
         if direct and write_path != "pwrite":
             raise ValueError("direct=True needs write_path='pwrite'")
-        self.seal_blocks = cipher is not None and sealing == "blocks"
-        if self.seal_blocks and direct:
-            raise ValueError("option 'wal_direct': O_DIRECT cannot write an encrypted WAL "
-                             "(sealed blocks are 4128 bytes, not 4 KiB aligned); turn off "
-                             "wal_direct or encryption_key")
+        self.seal_in_python = cipher is not None and sealer == "python"
+        if self.seal_in_python and direct:
+            raise ValueError("option 'wal_direct': O_DIRECT cannot write records sealed in Python "
+                             "(they are written in unaligned pieces); turn off wal_direct or "
+                             "encryption_key")
+        if self.seal_in_python and write_path != "pwrite":
+            raise ValueError("records sealed in Python are written through write_path='pwrite' "
+                             "(a shared mapping would put plaintext in the file)")
         self.cipher = cipher
-        self.unopened: dict = {}   # path -> indexes of sealed blocks that did not open (read_buffer)
         self.fs = fs
         self.write_path = write_path
         self.pwrite_path = write_path == "pwrite"
@@ -153,17 +100,17 @@ class Segments:
         self.archive = archive          # wal.archive.Archive or None
         self.dir = dirpath
         self.segment_size = segment_size
-        self.file_size = physical_size(segment_size) if self.seal_blocks else segment_size
+        self.file_size = segment_size
         if not fs.exists(dirpath):
             fs.makedirs(dirpath)
         self._lock = threading.Lock()
         self.slots: dict[int, Slot] = {}
         self.free: set[int] = set()
         self.held: dict[int, int] = {}             # slot number -> seq, needed segments not mapped
-        self.live: dict[int, _Live] = {}           # seq -> mapped segment
+        self.live: dict[int, LiveSegment] = {}           # seq -> mapped segment
         self._readers: list = []                   # mappings opened for recovery reads
         self._unclosed: list = []                  # mappings whose close hit a live export
-        self._spare: _Live | None = None
+        self._spare: LiveSegment | None = None
         self._spare_error: BaseException | None = None
         # Who prepares the spare now: a background thread's ident, _BY_ACQUIRE,
         # or None; claimed and released under the lock, so a spare is never
@@ -172,16 +119,24 @@ class Segments:
         self._cond = threading.Condition(self._lock)
         self._stopping = False
         self.created = 0
+        # Sizing: `progress()` is the writer's end LSN. Without it every slot
+        # is prepared whole; with it, sparse until the writer has filled a
+        # segment in this process (`_whole`), and grown ahead by `_grow_loop`.
+        self._progress = progress
+        self._whole = progress is None
+        self._grower = None        # the grower thread, started by the first acquire
+        self._growing = False      # the grower is allocating (close waits for it)
+        self.grow_error: BaseException | None = None   # its last failure (a hint failed)
 
     # -- discovery -----------------------------------------------------------
     def scan(self) -> list[Slot]:
         """Read every slot file's header; all slots start out free."""
         self.slots.clear()
         for name in self.fs.listdir(self.dir):
-            m = _NAME.match(name)
-            if not m:
+            number = parse_slot(name)
+            if number is None:
                 continue
-            slot = read_slot(self.fs.open, posixpath.join(self.dir, name), int(m.group(1)))
+            slot = read_slot(self.fs.open, posixpath.join(self.dir, name), number)
             if slot.header is not None and slot.header.segment_size != self.segment_size:
                 raise SegmentSizeMismatch(f"{slot.path} was written with segment_size "
                                           f"{slot.header.segment_size}, this store uses {self.segment_size}")
@@ -191,20 +146,15 @@ class Segments:
         return sorted(self.slots.values(), key=lambda s: s.number)
 
     def expected_size(self, slot: Slot) -> int:
-        """The size the slot file should have (sealed segments are larger)."""
-        return physical_size(self.segment_size) if is_sealed(slot.header) else self.segment_size
+        """The size the slot file should have."""
+        return self.segment_size
 
     def read_buffer(self, slot: Slot):
         """A readable buffer of segment_size bytes with the slot's content (zeros past a short file).
 
-        A sealed segment is decrypted (EncryptionError naming the file with a
-        wrong key, NoKeyError without one); blocks that do not open read as zeros and are listed
-        in `unopened[slot.path]`.
+        A record-sealed segment reads as stored; its records open one by one
+        (wal/recseal.py's record_opener).
         """
-        if is_sealed(slot.header):
-            buf, self.unopened[slot.path] = open_segment(self.file_bytes(slot, 0, slot.size),
-                                                         self.segment_size, self.cipher, slot.path)
-            return buf
         if slot.size >= self.segment_size:
             mapping = self.fs.map(slot.path, self.segment_size)
             self._readers.append(mapping)
@@ -219,29 +169,22 @@ class Segments:
         return buf
 
     def file_bytes(self, slot: Slot, lo: int, hi: int) -> bytes:
+        """Bytes [lo, hi) of `slot`'s file as on disk (cut at the file's end)."""
         f = self.fs.open(slot.path)
         try:
             return f.pread(max(0, min(hi, f.size()) - lo), lo)
         finally:
             f.close()
 
-    def tail_bytes(self, slot: Slot, lo: int, hi: int) -> bytes:
-        """Bytes to keep aside for logical range [lo, hi) of a slot: as stored (a sealed
-        segment's tail stays sealed: whole physical blocks), so no plaintext leaves it."""
-        if not is_sealed(slot.header):
-            return None
-        first, last = lo // BLOCK, -(-hi // BLOCK)
-        tails = tail_offset(self.segment_size, 0)
-        return (self.file_bytes(slot, physical_offset(first), min(physical_offset(last), tails))
-                + self.file_bytes(slot, tails, slot.size))     # the partial block's copies
-
     def close_readers(self) -> None:
+        """Unmap the segments mapped for recovery's reads."""
         readers, self._readers = self._readers, []
         for mapping in readers:
             self._close_mapping(mapping)
 
     # -- recovery side effects -------------------------------------------------
     def write_side_file(self, path: str, data: bytes) -> None:
+        """Write `data` as file `path` (created or replaced) and fsync it."""
         f = self.fs.open(path, create=True, truncate=True)
         try:
             f.pwrite(data, 0)
@@ -259,6 +202,7 @@ class Segments:
         return dst
 
     def sync_slot(self, slot: Slot) -> None:
+        """fdatasync `slot`'s file."""
         f = self.fs.open(slot.path)
         try:
             f.fdatasync()
@@ -271,6 +215,7 @@ class Segments:
         self.held[slot.number] = slot.seq
 
     def sync_dir(self) -> None:
+        """fsync the WAL directory (its entries: new, renamed, removed slots)."""
         self.fs.fsync_dir(self.dir)
 
     # -- writer segments -------------------------------------------------------
@@ -285,130 +230,22 @@ class Segments:
             if self.live and seq <= max(self.live):
                 raise ValueError(f"segment {seq} requested after segment {max(self.live)}")
         spare = self._take_spare()
-        with self._lock:
+        grower = None
+        with self._cond:
+            if self.live and not self._whole:
+                self._whole = True     # a segment filled: the load wants whole ones
             self.live[seq] = spare
+            self._cond.notify_all()    # the grower looks at the new segment
+            if self._progress is not None and self._grower is None and not self._stopping:
+                grower = self._grower = threading.Thread(target=self._grow_loop, name="wal-grow",
+                                                         daemon=True)
         self.prepare_spare()
+        if grower is not None:
+            grower.start()
         return spare.buffer
 
-    def _take_spare(self) -> _Live:
-        """The prepared spare, else one prepared here. A KeyboardInterrupt can
-        land between any two bytecodes of this (main) thread: it once came
-        between creating the spare thread and starting it, and every later
-        acquire failed joining a thread that never started. Now nothing here
-        joins a thread: it waits for the preparer the lock records."""
-        claimed = False
-        try:
-            with self._cond:
-                while self._preparer is not None:
-                    self._cond.wait()
-                spare, self._spare = self._spare, None
-                err, self._spare_error = self._spare_error, None
-                if spare is None and err is None:
-                    claimed = True
-                    self._preparer = _BY_ACQUIRE
-            if err is not None:
-                raise err
-            return spare if spare is not None else self._prepare()
-        finally:
-            if claimed:
-                with self._cond:
-                    self._preparer = None
-                    self._cond.notify_all()
-
-    def prepare_spare(self) -> None:
-        """Get the next slot ready in a background thread (invariant 3). If an
-        interrupt keeps the thread from starting, the next acquire prepares it."""
-        with self._lock:
-            if self._spare is not None or self._preparer is not None or self._stopping:
-                return
-        threading.Thread(target=self._prepare_bg, name="wal-spare", daemon=True).start()
-
-    def _prepare_bg(self) -> None:
-        with self._cond:
-            if (self._spare is not None or self._spare_error is not None or self._preparer is not None
-                    or self._stopping):
-                return                # prepared, being prepared, or closing
-            self._preparer = threading.get_ident()
-        spare = err = None
-        try:
-            spare = self._prepare()
-        except BaseException as exc:  # handed to the next acquire(), which re-raises it
-            err = exc
-        with self._cond:
-            self._spare, self._spare_error = spare, err
-            self._preparer = None
-            self._cond.notify_all()
-
-    def _prepare(self) -> _Live:
-        """Preallocate a free or new slot and give it a buffer (invariants 1, 4)."""
-        S, fs, P = self.segment_size, self.fs, self.file_size
-        if self.seal_blocks and not self.pwrite_path:
-            raise ValueError("a block-sealed WAL writes through write_path='pwrite' (a shared "
-                             "mapping would put plaintext in the file)")
-        with self._lock:
-            reuse = min(self.free, default=None)
-            if reuse is not None:
-                self.free.discard(reuse)
-                slot = self.slots[reuse]
-            else:
-                number = max(self.slots, default=-1) + 1
-                slot = Slot(number, posixpath.join(self.dir, slot_name(number)), 0, None)
-                self.slots[number] = slot
-        new = slot.size == 0 and not fs.exists(slot.path)
-        f = self._wfs.open(slot.path, create=new, direct=self.direct)
-        try:
-            # A slot of another kind reused by an encrypted WAL is zeroed whole:
-            # plaintext records must not stay readable in a file that claims to
-            # be sealed, and the other sealed layout would read as damage.
-            kind = SEALED if self.seal_blocks else SEALED_RECORDS
-            zero_from = 0 if self.cipher is not None and not slot.blank and \
-                (slot.header is None or slot.header.flags != kind) else slot.size
-            if slot.size < P or zero_from < slot.size:
-                # Allocate, then write the zeros: on ext4 a write into a
-                # fallocated (unwritten) extent converts it in the journal,
-                # which every later fdatasync of the segment would pay for.
-                f.preallocate(P)
-                for at in range(zero_from - zero_from % _ZERO_CHUNK, P, _ZERO_CHUNK):
-                    f.pwrite(_ZEROS[:min(_ZERO_CHUNK, P - at)], at)
-                f.fsync()
-                slot.size = max(slot.size, P)
-            if new:
-                self.created += 1
-                fs.crash_point("wal.segment_created")
-                fs.fsync_dir(self.dir)
-            if not self.pwrite_path:
-                mapping = fs.map(slot.path, S)
-                return _Live(slot, mapping, mapping.buffer, f)
-            if not f.direct:
-                self._drop_cached_pages(f, reused=not new)
-            buf = aligned_buffer(S)
-        except BaseException:
-            f.close()
-            raise
-        return _Live(slot, None, buf, f)
-
-    @staticmethod
-    def _drop_cached_pages(f, reused: bool) -> None:
-        """Evict the slot's clean pages from the page cache (posix, buffered pwrite path).
-
-        The zero fill above (1 MiB writes), recovery's mapped reads and a
-        log_only incarnation leave large folios in the page cache. A 4 KiB
-        pwrite into a cached 1 MiB folio dirties all of it, and the next
-        fdatasync writes the whole megabyte. Once the pages are gone, each
-        4 KiB pwrite creates a 4 KiB folio (see `publish`). Only a cache
-        hint: the file's bytes do not change.
-        """
-        fileno = getattr(f, "fileno", None)
-        if fileno is None or not hasattr(os, "posix_fadvise"):
-            return
-        if reused:
-            f.fdatasync()   # DONTNEED only drops clean pages
-        try:
-            os.posix_fadvise(fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
-
     def buffer(self, seq: int):
+        """The writable buffer of live segment `seq`; KeyError if it has none."""
         buf = self.live[seq].buffer
         if buf is None:
             raise KeyError(seq)
@@ -440,14 +277,17 @@ class Segments:
         if buf is None or hi <= lo:
             return
         f = live.file
-        if self.seal_blocks:
-            with live.seal_lock:
-                if live.sealer is None:
-                    live.sealer = BlockSealer(self.cipher, seq, self.segment_size)
-                for at, data in live.sealer.writes(buf, lo, hi):
-                    f.pwrite(data, at)
-                    self.pwrites += 1
-                    self.pwrite_bytes += len(data)
+        if self.seal_in_python:
+            # Callers serialise publishes (Wal._pub_lock) and publish up to a
+            # record boundary, so each record is sealed once, before any byte
+            # of it is written.
+            # Bytes past `hi` may hold records not sealed yet: only [lo, hi) goes.
+            if live.sealer is None:
+                live.sealer = RecordSealer(self.cipher)
+            live.sealer.seal_to(buf, hi)
+            f.pwrite(buf[lo:hi], lo)
+            self.pwrites += 1
+            self.pwrite_bytes += hi - lo
             return
         if f.direct:
             lo -= lo % BLOCK
@@ -484,15 +324,8 @@ class Segments:
             if live is None:
                 return
             live.busy += 1
-        sealer = live.sealer
-        if sealer is not None:
-            with live.seal_lock:
-                epoch = sealer.sync_begins()
         try:
             live.file.fdatasync()
-            if sealer is not None:
-                with live.seal_lock:
-                    sealer.sync_done(epoch)
         finally:
             with self._lock:
                 live.busy -= 1
@@ -533,10 +366,12 @@ class Segments:
         """Stop preparing spares; wait for one being prepared."""
         with self._cond:
             self._stopping = True
-            while self._preparer is not None:
+            self._cond.notify_all()
+            while self._preparer is not None or self._growing:
                 self._cond.wait()
 
     def close(self) -> None:
+        """Stop the background threads and release every live segment and the spare."""
         self.join()
         with self._lock:
             lives = list(self.live.values())
@@ -549,7 +384,7 @@ class Segments:
         self.close_readers()
         self._retry_unclosed()
 
-    def _close_live(self, live: _Live) -> None:
+    def _close_live(self, live: LiveSegment) -> None:
         live.file.close()
         live.buffer = None   # pwrite path: anonymous memory, freed with its last reference
         if live.mapping is not None:

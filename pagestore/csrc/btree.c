@@ -463,7 +463,7 @@ int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size
         uint32_t gap = (uint32_t)rd16(p + H_FREEHI) - rd16(p + H_FREELO);
         uint32_t garb = rd16(p + N_GARBAGE);
         int room = found ? (old_sz == sz || gap + garb + old_sz >= sz) : (gap + garb >= sz + SLOT_SZ);
-        if (room && (!sl->inckpt || sl->cow >= 0 || c->ncow_free) &&
+        if (room && (!sl->inckpt || sl->cow >= 0 || cow_available(c)) &&
             wal_fits(c, PS_WAL_REC_HDR + 16 + klen + vlen)) {
             c->guarded = 0;   /* nothing below can fail: no undo needed */
             if (fast_used) *fast_used = 1;
@@ -553,7 +553,7 @@ int bt_delete(ps_core *c, const uint8_t *key, size_t klen, int allow_fast, int *
     int n = nkeys(p);
     if (allow_fast && !c->physical && !old_ovf && (n > 1 || lvl == 0)) {
         const slot_t *sl = &c->slots[s];
-        if ((!sl->inckpt || sl->cow >= 0 || c->ncow_free) &&
+        if ((!sl->inckpt || sl->cow >= 0 || cow_available(c)) &&
             wal_fits(c, PS_WAL_REC_HDR + 12 + klen)) {
             c->guarded = 0;
             if (fast_used) *fast_used = 1;

@@ -7,6 +7,7 @@
  * Everything else takes the write side.  The tree lock is also DESIGN.md's
  * checkpoint lock: ckpt_begin runs under it, so the dirty-page snapshot and
  * the CHECKPOINT record sit at one point of the operation order. */
+#include <sys/mman.h>
 #include <time.h>
 
 #include <unistd.h>
@@ -23,9 +24,36 @@ static void *aligned(size_t n) {
     return p;
 }
 
+/* Page memory, the checkpoint buffer and the per-slot arrays are reserved,
+ * not touched: anonymous mappings read as zeros and take resident memory
+ * only where written, so a store whose page memory is a fifth of the
+ * machine's RAM costs what its pages in use cost (slot_take hands slots out
+ * in index order).  MAP_NORESERVE: the region is a ceiling, not a
+ * commitment.  `align` > 4 KiB trims the mapping to that alignment (huge
+ * pages, prefault.c). */
+static size_t region_len(size_t n) { return ((n ? n : 1) + 4095) & ~(size_t)4095; }
+
+static void *region_map(size_t n, size_t align) {
+    n = region_len(n);
+    size_t extra = align > 4096 ? align : 0;
+    uint8_t *p = mmap(NULL, n + extra, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (extra) {
+        size_t head = (align - (uintptr_t)p % align) % align;
+        if (head) munmap(p, head);
+        if (extra - head) munmap(p + head + n, extra - head);
+        p += head;
+    }
+    return p;
+}
+
+static void region_unmap(void *p, size_t n) {
+    if (p) munmap(p, region_len(n));
+}
+
 int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_size,
-              uint32_t page_reserve, int physical_wal, void *handle, ps_signals *signals,
-              ps_core **out) {
+              uint32_t page_reserve, int physical_wal, void *handle, ps_core **out) {
     *out = NULL;
     if (page_size < PS_MIN_PAGE || page_size > PS_MAX_PAGE || (page_size & (page_size - 1)))
         return PS_E_ARG;
@@ -36,8 +64,6 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     if (ncow > 0x7FFFFFFFull) return PS_E_ARG;
     ps_core *c = calloc(1, sizeof *c);
     if (!c) return PS_E_NOMEM;
-    c->sig = signals ? signals : &c->own_sig;
-    memset(c->sig, 0, sizeof *c->sig);
     c->page_size = page_size;
     c->reserve = page_reserve;
     c->usable = page_size - page_reserve;
@@ -51,12 +77,13 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->nslots = (uint32_t)nslots;
     c->ncow = (uint32_t)ncow;
     size_t maxcells = page_size / 8 + 2;
-    c->mem = aligned((size_t)nslots * page_size);
-    c->slots = aligned(nslots * sizeof *c->slots);
-    c->free_slots = malloc(nslots * sizeof *c->free_slots);
-    c->cow_mem = aligned((size_t)ncow * page_size);
-    c->cow_free = malloc((ncow + 1) * sizeof *c->cow_free);
-    c->cow_owner = malloc((ncow + 1) * sizeof *c->cow_owner);
+    size_t big = (size_t)nslots * page_size >= (4u << 20) ? (2u << 20) : 4096;
+    c->mem = region_map((size_t)nslots * page_size, big);
+    c->slots = region_map(nslots * sizeof *c->slots, 4096);
+    c->free_slots = region_map(nslots * sizeof *c->free_slots, 4096);
+    c->cow_mem = region_map((size_t)ncow * page_size, 4096);
+    c->cow_free = region_map((ncow + 1) * sizeof *c->cow_free, 4096);
+    c->cow_owner = region_map((ncow + 1) * sizeof *c->cow_owner, 4096);
     c->scratch = aligned(3 * (size_t)page_size);
     c->cellbuf[0] = malloc(page_size);
     c->cellbuf[1] = malloc(page_size);
@@ -64,29 +91,19 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->cellp = malloc(maxcells * sizeof *c->cellp);
     c->cells = malloc(maxcells * sizeof *c->cells);
     c->zero_page = calloc(1, page_size);
-    c->ckpt_ids = malloc(nslots * sizeof *c->ckpt_ids);
-    c->ckpt_ids_cap = nslots;
+    c->ckpt_ids = region_map(nslots * sizeof *c->ckpt_ids, 4096);
     if (!c->mem || !c->slots || !c->free_slots || !c->cow_mem || !c->cow_free || !c->cow_owner ||
         !c->scratch || !c->cellbuf[0] || !c->cellbuf[1] || !c->splitbuf || !c->cellp || !c->cells ||
         !c->zero_page || !c->ckpt_ids) {
         ps_destroy(c);
         return PS_E_NOMEM;
     }
-    memset(c->slots, 0, nslots * sizeof *c->slots);
-    /* touched now, not by the first large ckpt_begin under the write lock
-     * (100k dirty pages: ~200 first-touch faults inside the hold) */
-    memset(c->ckpt_ids, 0, nslots * sizeof *c->ckpt_ids);
-    for (uint32_t i = 0; i < c->nslots; i++) c->free_slots[i] = c->nslots - 1 - i;
-    c->nfree = c->nslots;
-    for (uint32_t i = 0; i < c->ncow; i++) {
-        c->cow_free[i] = c->ncow - 1 - i;
-        c->cow_owner[i] = COW_NONE;
-    }
-    c->ncow_free = c->ncow;
+    /* the arrays read as zeros; nothing is listed free: slot_take hands out
+     * never-used slots (and cow_take buffer pages) from index 0 up */
     prefault_start(c);
     c->op_epoch = 1;
-    c->sig->slots_total = nslots;
-    c->sig->cow_capacity = ncow;
+    c->sig.slots_total = nslots;
+    c->sig.cow_capacity = ncow;
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -126,10 +143,17 @@ void ps_close(ps_core *c) {
     if (c->lock_ready) core_wrlock(c);   /* ps_create may fail before the lock exists */
     c->closed = c->freed = 1;
     prefault_stop(c);
-    free(c->mem); free(c->slots); free(c->free_slots); free(c->cow_mem);
-    free(c->cow_free); free(c->cow_owner); free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
-    free(c->cellp); free(c->cells); free(c->zero_page); free(c->ckpt_ids);
+    region_unmap(c->mem, (size_t)c->nslots * c->page_size);
+    region_unmap(c->slots, c->nslots * sizeof *c->slots);
+    region_unmap(c->free_slots, c->nslots * sizeof *c->free_slots);
+    region_unmap(c->cow_mem, (size_t)c->ncow * c->page_size);
+    region_unmap(c->cow_free, (c->ncow + 1) * sizeof *c->cow_free);
+    region_unmap(c->cow_owner, (c->ncow + 1) * sizeof *c->cow_owner);
+    region_unmap(c->ckpt_ids, c->nslots * sizeof *c->ckpt_ids);
+    free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
+    free(c->cellp); free(c->cells); free(c->zero_page);
     free(c->undo); free(c->undo_img); free(c->pins);
+    mv_free(c);
     seal_ctx_free(c->seal_ctx); free(c->seal_buf);
     for (uint64_t d = 0; d < c->pt_ndir; d++) free(c->pt_dir[d]);
     free(c->pt_dir);
@@ -148,7 +172,7 @@ void ps_destroy(ps_core *c) {
     free(c);
 }
 
-ps_signals *ps_get_signals(ps_core *c) { return c->sig; }
+ps_signals *ps_get_signals(ps_core *c) { return &c->sig; }
 uint64_t ps_bad_page(ps_core *c) { return c->bad_page; }
 uint64_t ps_blocked_page(ps_core *c) { return c->blocked_page; }
 const char *ps_errmsg(ps_core *c) { return c->errmsg; }
@@ -240,7 +264,7 @@ drop:
     pt_remove(c, 0);
     c->slots[s].used = 0;
     c->free_slots[c->nfree++] = (uint32_t)s;
-    c->sig->slots_used--;
+    c->sig.slots_used--;
     memset(&c->meta, 0, sizeof c->meta);
 out:
     pthread_rwlock_unlock(&c->lock);
@@ -273,11 +297,21 @@ int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t
     core_wrlock(c);
     PS_REFUSE_IF_CLOSED(c);
     op_begin(c, 1);
-    int rc = bt_put(c, (const uint8_t *)key, klen, (const uint8_t *)val, vlen, 1, NULL);
+    int rc = c->mv ? mv_capture(c, key, klen, 0) : 0;   /* an open snapshot's before-image */
+    if (!rc) rc = bt_put(c, (const uint8_t *)key, klen, (const uint8_t *)val, vlen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
     if (!rc) rc = log_put(c, 0, key, klen, val, vlen, &end);
-    if (rc) op_rollback(c);
-    else op_commit(c);
+    if (rc) {
+        op_rollback(c);
+        /* a value stored in overflow pages needs them all at once, plus a
+         * leaf, the path above it and a split */
+        size_t cap = c->usable - O_DATA;
+        uint64_t whole = vlen > c->leaf_inline_max ? (vlen + cap - 1) / cap + c->meta.height + 2 : 0;
+        if (whole > c->sig.rollback_pages) c->sig.rollback_pages = whole;
+    } else {
+        op_commit(c);
+    }
+    if (c->mv) mv_op_done(c, !rc);
     pthread_rwlock_unlock(&c->lock);
     return rc ? rc : (int64_t)end;
 }
@@ -289,11 +323,13 @@ int64_t ps_delete(ps_core *c, const char *key, size_t klen) {
     core_wrlock(c);
     PS_REFUSE_IF_CLOSED(c);
     op_begin(c, 1);
-    int rc = bt_delete(c, (const uint8_t *)key, klen, 1, NULL);
+    int rc = c->mv ? mv_capture(c, key, klen, 1) : 0;
+    if (!rc) rc = bt_delete(c, (const uint8_t *)key, klen, 1, NULL);
     if (!rc && c->guarded) rc = wal_physical(c);
     if (!rc) rc = log_delete(c, 0, key, klen, &end);
     if (rc) op_rollback(c);
     else op_commit(c);
+    if (c->mv) mv_op_done(c, !rc);
     pthread_rwlock_unlock(&c->lock);
     return rc ? rc : (int64_t)end;
 }
@@ -333,13 +369,22 @@ static int batch_check(ps_core *c, const uint8_t *b, size_t len, uint64_t *nops)
 }
 
 int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
+    return core_apply_batch(c, ops, len, txid, NULL);
+}
+
+int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid, const mv_check *chk) {
     const uint8_t *b = (const uint8_t *)ops;
     uint64_t nops, end = 0;
     int rc = batch_check(c, b, len, &nops);
     if (rc) return rc;
     core_wrlock(c);
     PS_REFUSE_IF_CLOSED(c);
-    if (txid == 0) txid = c->wal_on ? c->sig->wal_end_lsn : 1;
+    /* a transaction's reads, checked in the same hold that applies its writes */
+    if (chk && (rc = mv_validate(c, chk->snap, chk->reads, chk->len)) != 0) {
+        pthread_rwlock_unlock(&c->lock);
+        return rc;
+    }
+    if (txid == 0) txid = c->wal_on ? c->sig.wal_end_lsn : 1;
     op_begin(c, 1);
     int logged = 0;
     uint32_t done = 0;
@@ -348,6 +393,7 @@ int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
         uint32_t kl = rd32(b + off + 1), vl = rd32(b + off + 5);
         const char *k = ops + off + 9, *v = k + kl;
         off += 9 + (size_t)kl + vl;
+        if (c->mv && (rc = mv_capture(c, k, kl, op == 2)) != 0) break;
         if (op == 1) {
             rc = bt_put(c, (const uint8_t *)k, kl, (const uint8_t *)v, vl, 0, NULL);
         } else if (kl > c->max_key) {
@@ -373,6 +419,8 @@ int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
     }
     if (rc) {
         op_rollback(c);
+        c->sig.rollback_ops = nops;
+        c->sig.rollback_ops_done = done;
         if (logged) {
             uint8_t h[8];
             wr64(h, txid);
@@ -382,6 +430,7 @@ int64_t ps_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid) {
     } else {
         op_commit(c);
     }
+    if (c->mv) mv_op_done(c, !rc);
     pthread_rwlock_unlock(&c->lock);
     return rc ? rc : (int64_t)end;
 }
@@ -525,8 +574,7 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_t plen,
-                  uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out) {
+int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, uint64_t **ids_out, uint64_t *n_out, uint64_t *lsn_out) {
     core_wrlock(c);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -553,7 +601,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
      * replay), so that the records between the previous CHECKPOINT record
      * and this one rebuild every page of the checkpoint (walenc.c) */
     if (c->physical && c->wal_on) {
-        for (uint32_t s = 0; s < c->nslots; s++) {
+        for (uint32_t s = 0; s < c->fresh; s++) {
             slot_t *sl = &c->slots[s];
             if (!sl->used || !sl->dirty || sl->snap) continue;
             rc = wal_page_snapshot(c, sl->page_id, slot_page(c, s));
@@ -563,12 +611,12 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
     }
     uint8_t h[8];
     wr64(h, checkpoint_id);
-    wpart parts[2] = {{h, 8}, {payload, plen}};
+    wpart parts[1] = {{h, 8}};
     uint64_t lsn = 0;
-    rc = wal_append(c, PS_REC_CHECKPOINT, parts, 2, &lsn, NULL);
+    rc = wal_append(c, PS_REC_CHECKPOINT, parts, 1, &lsn, NULL);
     if (rc) goto out;
     uint64_t n = 0;
-    for (uint32_t s = 0; s < c->nslots; s++) {
+    for (uint32_t s = 0; s < c->fresh; s++) {     /* slots beyond were never used */
         slot_t *sl = &c->slots[s];
         sl->snap = 0;
         if (!sl->used || !sl->dirty) continue;
@@ -576,11 +624,11 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
         sl->inckpt = 1;
         c->ckpt_ids[n++] = sl->page_id;
     }
-    c->sig->dirty_pages = 0;
-    c->sig->ckpt_pages = n;
+    c->sig.dirty_pages = 0;
+    c->sig.ckpt_pages = n;
     prefault_cow(c, n);
-    __atomic_store_n(&c->sig->ckpt_written, 0, __ATOMIC_RELAXED);
-    c->sig->checkpoint_id = checkpoint_id;
+    __atomic_store_n(&c->sig.ckpt_written, 0, __ATOMIC_RELAXED);
+    c->sig.checkpoint_id = checkpoint_id;
     c->ckpt_active = 1;
     c->ckpt_id = checkpoint_id;
     *ids_out = c->ckpt_ids;
@@ -590,7 +638,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, const char *payload, size_
     rc = PS_OK;
 out:
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    c->sig->ckpt_lock_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u
+    c->sig.ckpt_lock_ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u
                            + (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
     pthread_rwlock_unlock(&c->lock);
     /* Sorting 100k ids takes milliseconds: done after the lock is released
@@ -635,7 +683,7 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
         pthread_rwlock_unlock(&c->lock);
         if (rc == PS_OK) stamp_ckpt_image(c, dst);
     }
-    if (rc == PS_OK) __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
+    if (rc == PS_OK) __atomic_add_fetch(&c->sig.ckpt_written, n, __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -646,7 +694,7 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
  * byte of the recovery-file phase. Returns the bytes framed or an error. */
 int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
                            uint8_t *out, size_t cap, uint64_t *gap_fallbacks) {
-    size_t per = (size_t)c->page_size + 18;   /* recovery record header (recframe.c) */
+    size_t per = (size_t)c->page_size + PS_RECORD_HEADER_SIZE;
     if (cap < n * per) return PS_E_ARG;
     uint8_t scratch[PS_MAX_PAGE] __attribute__((aligned(64)));   /* per caller: writers run in parallel */
     size_t pos = 0;
@@ -661,7 +709,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
         if (got < 0) return got;
         pos += (size_t)got;
     }
-    __atomic_add_fetch(&c->sig->ckpt_written, n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->sig.ckpt_written, n, __ATOMIC_RELAXED);
     return (int64_t)pos;
 }
 
@@ -672,7 +720,7 @@ int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out
     core_rdlock(c);
     size_t n = 0;
     int rc = PS_OK;
-    for (uint32_t i = 0; i < c->ncow; i++) {
+    for (uint32_t i = 0; i < c->cow_fresh; i++) {
         uint32_t s = c->cow_owner[i];
         if (s == COW_NONE || !c->slots[s].inckpt) continue;
         if (n == cap) { rc = PS_E_NEED_SPACE; break; }
@@ -690,12 +738,12 @@ static void release_slot(ps_core *c, slot_t *sl) {
         c->cow_owner[sl->cow] = COW_NONE;
         c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
         sl->cow = -1;
-        c->sig->cow_used--;
+        c->sig.cow_used--;
     }
-    c->sig->ckpt_pages--;
+    c->sig.ckpt_pages--;
 }
 
-int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
+void ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
     core_wrlock(c);
     for (size_t i = 0; i < n; i++) {
         int64_t s = pt_find(c, ids[i]);
@@ -703,16 +751,14 @@ int ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
     }
     update_throttle(c);
     pthread_rwlock_unlock(&c->lock);
-    return PS_OK;
 }
 
-int ps_ckpt_end(ps_core *c) {
+void ps_ckpt_end(ps_core *c) {
     core_wrlock(c);
-    for (uint32_t s = 0; s < c->nslots; s++)
+    for (uint32_t s = 0; s < c->fresh; s++)
         if (c->slots[s].used && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
     c->ckpt_active = 0;
-    c->sig->ckpt_pages = 0;
+    c->sig.ckpt_pages = 0;
     update_throttle(c);
     pthread_rwlock_unlock(&c->lock);
-    return PS_OK;
 }

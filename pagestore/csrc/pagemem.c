@@ -49,13 +49,28 @@ void pt_remove(ps_core *c, uint64_t id) {
     if (e) *e = 0;
 }
 
-/* A free slot: from the free list, else by clock replacement of a clean page. */
+/* A slot with nothing in it: one given back, else the next never-used one
+ * (index order, so page memory and the per-slot arrays are touched from the
+ * start up, as far as the store has grown); -1 when neither is left. */
+static int64_t slot_take(ps_core *c) {
+    if (c->nfree) return c->free_slots[--c->nfree];
+    if (c->fresh == c->nslots) return -1;
+    uint32_t s = c->fresh++;
+    c->sig.slots_touched = c->fresh;
+    /* a checkpoint lists up to `fresh` ids: the list's memory is faulted in
+     * here, a page per 512 slots, not by a large ckpt_begin under the write
+     * lock (100k dirty pages: ~200 first-touch faults inside the hold) */
+    if (s % 512 == 0) c->ckpt_ids[s] = 0;
+    prefault_need(c, s);
+    return s;
+}
+
+static int slot_available(const ps_core *c) { return c->nfree || c->fresh < c->nslots; }
+
+/* A free slot: an empty one, else by clock replacement of a clean page. */
 static int64_t slot_alloc(ps_core *c) {
-    if (c->nfree) {
-        uint32_t s = c->free_slots[--c->nfree];
-        prefault_need(c, s);
-        return s;
-    }
+    int64_t fresh = slot_take(c);
+    if (fresh >= 0) return fresh;
     uint64_t limit = 2 * (uint64_t)c->nslots + 1;
     for (uint64_t i = 0; i < limit; i++) {
         uint32_t s = c->clock_hand;
@@ -66,8 +81,8 @@ static int64_t slot_alloc(ps_core *c) {
         if (*e & PT_REF) { *e &= ~PT_REF; continue; }
         pt_remove(c, sl->page_id);
         sl->used = 0;
-        c->sig->evictions++;
-        c->sig->slots_used--;
+        c->sig.evictions++;
+        c->sig.slots_used--;
         return s;
     }
     return PS_E_NOMEM;
@@ -76,7 +91,7 @@ static int64_t slot_alloc(ps_core *c) {
 static void slot_release(ps_core *c, uint32_t s) {
     c->slots[s].used = 0;
     c->free_slots[c->nfree++] = s;
-    c->sig->slots_used--;
+    c->sig.slots_used--;
 }
 
 static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
@@ -89,7 +104,7 @@ static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
     sl->dirty = 0;
     sl->inckpt = 0;
     sl->snap = 0;
-    c->sig->slots_used++;
+    c->sig.slots_used++;
     pt_insert(c, id, s);
 }
 
@@ -164,7 +179,7 @@ int64_t page_load(ps_core *c, uint64_t id) {
     }
     wr32(p + H_CRC, 0);
     slot_claim(c, (uint32_t)s, id);
-    c->sig->page_loads++;
+    c->sig.page_loads++;
     return s;
 }
 
@@ -221,22 +236,25 @@ int page_w(ps_core *c, uint32_t s) {
         sl->undo_epoch = c->op_epoch;
     }
     if (sl->inckpt && sl->cow < 0) {
-        if (!c->ncow_free) {
+        if (!cow_available(c)) {
             c->blocked_page = sl->page_id;
             return PS_E_CKPT_FULL;
         }
-        uint32_t i = c->cow_free[--c->ncow_free];
+        /* buffer pages given back first, else never-used ones from 0 up (the
+         * order prefault_cow populates them in) */
+        uint32_t i = c->ncow_free ? c->cow_free[--c->ncow_free] : c->cow_fresh++;
+        if (i + 1 > c->sig.cow_touched) c->sig.cow_touched = i + 1;
         memcpy(cow_page(c, i), slot_page(c, s), c->page_size);
         sl->cow = (int32_t)i;
         c->cow_owner[i] = s;
-        c->sig->cow_used++;
-        c->sig->cow_copies++;
-        if (c->sig->cow_used > c->sig->cow_peak) c->sig->cow_peak = c->sig->cow_used;
+        c->sig.cow_used++;
+        c->sig.cow_copies++;
+        if (c->sig.cow_used > c->sig.cow_peak) c->sig.cow_peak = c->sig.cow_used;
     }
     if (!sl->dirty) {
         sl->dirty = 1;
-        c->sig->dirty_pages++;
-        c->sig->pages_dirtied++;
+        c->sig.dirty_pages++;
+        c->sig.pages_dirtied++;
     }
     return 0;
 }
@@ -259,8 +277,8 @@ static int64_t page_slot_for_new(ps_core *c, uint64_t id) {
     slot_claim(c, (uint32_t)s, id);   /* the callers initialise the whole page */
     slot_t *sl = &c->slots[s];
     sl->dirty = 1;
-    c->sig->dirty_pages++;
-    c->sig->pages_dirtied++;
+    c->sig.dirty_pages++;
+    c->sig.pages_dirtied++;
     if (c->guarded) {
         undo_t *u = &c->undo[c->nundo++];
         u->slot = (uint32_t)s;
@@ -355,9 +373,9 @@ void op_begin(ps_core *c, int guarded) {
 }
 
 void update_throttle(ps_core *c) {
-    int hint = (c->thr_cow && c->sig->cow_used >= c->thr_cow) ||
-               (c->thr_dirty && c->sig->dirty_pages >= c->thr_dirty);
-    if ((uint64_t)hint != c->sig->throttle_hint) c->sig->throttle_hint = (uint64_t)hint;
+    int hint = (c->thr_cow && c->sig.cow_used >= c->thr_cow) ||
+               (c->thr_dirty && c->sig.dirty_pages >= c->thr_dirty);
+    if ((uint64_t)hint != c->sig.throttle_hint) c->sig.throttle_hint = (uint64_t)hint;
 }
 
 void op_commit(ps_core *c) {
@@ -369,11 +387,17 @@ void op_commit(ps_core *c) {
 }
 
 void op_rollback(ps_core *c) {
+    /* what a write too large for page memory had taken when it failed, for
+     * the error that tells the user how much it needs (a batch then sets
+     * the ops figures itself) */
+    c->sig.rollback_pages = c->nundo;
+    c->sig.rollback_ops = 1;
+    c->sig.rollback_ops_done = 0;
     while (c->nundo) {
         undo_t *u = &c->undo[--c->nundo];
         slot_t *sl = &c->slots[u->slot];
         if (u->is_new) {
-            if (sl->dirty) c->sig->dirty_pages--;
+            if (sl->dirty) c->sig.dirty_pages--;
             pt_remove(c, sl->page_id);
             slot_release(c, u->slot);
             continue;
@@ -382,10 +406,10 @@ void op_rollback(ps_core *c) {
         if (sl->cow >= 0 && u->prior_cow < 0) {
             c->cow_owner[sl->cow] = COW_NONE;
             c->cow_free[c->ncow_free++] = (uint32_t)sl->cow;
-            c->sig->cow_used--;
+            c->sig.cow_used--;
         }
         sl->cow = u->prior_cow;
-        if (sl->dirty && !u->prior_dirty) c->sig->dirty_pages--;
+        if (sl->dirty && !u->prior_dirty) c->sig.dirty_pages--;
         sl->dirty = u->prior_dirty;
         sl->undo_epoch = 0;
         if (c->phys_logged) {
@@ -396,14 +420,14 @@ void op_rollback(ps_core *c) {
             sl->snap = 0;
             if (!sl->dirty) {
                 sl->dirty = 1;
-                c->sig->dirty_pages++;
-                c->sig->pages_dirtied++;
+                c->sig.dirty_pages++;
+                c->sig.pages_dirtied++;
             }
         }
     }
     c->phys_logged = 0;
     c->meta = c->meta_saved;
-    c->sig->rollbacks++;
+    c->sig.rollbacks++;
     unpin_op_all(c);
     c->undo_img_used = 0;
     c->guarded = 0;
@@ -428,10 +452,9 @@ void meta_to_page(const ps_core *c, uint8_t *p) {
  * page: 1 installed, 0 skipped (no free slot, or the image fails its checks:
  * a later miss reads it and reports the file). */
 static int64_t install_image(ps_core *c, uint64_t id, const uint8_t *src) {
-    if (!c->nfree || !ps_check_page(src, c->page_size, id)) return 0;
+    if (!slot_available(c) || !ps_check_page(src, c->page_size, id)) return 0;
     if (pt_reserve(c, id)) return PS_E_NOMEM;
-    uint32_t s = c->free_slots[--c->nfree];
-    prefault_need(c, s);
+    uint32_t s = (uint32_t)slot_take(c);
     uint8_t *p = slot_page(c, s);
     memcpy(p, src, c->page_size);
     wr32(p + H_CRC, 0);
@@ -446,7 +469,7 @@ static int64_t install_image(ps_core *c, uint64_t id, const uint8_t *src) {
  * free.  Returns the number installed (write lock held). */
 int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n) {
     int64_t done = 0;
-    for (size_t i = 0; i < n && c->nfree; i++) {
+    for (size_t i = 0; i < n && slot_available(c); i++) {
         uint64_t id = first_id + i;
         if (id >= c->meta.page_count) break;
         if (pt_find(c, id) >= 0) continue;
@@ -470,7 +493,7 @@ int64_t page_stash(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t
             pt_remove(c, ids[i]);
             slot_release(c, (uint32_t)old);
         }
-        if (!c->nfree) break;
+        if (!slot_available(c)) break;
         int64_t r = install_image(c, ids[i], pages + i * (size_t)c->page_size);
         if (r < 0) return r;
         done += r;
@@ -482,7 +505,7 @@ int64_t page_stash(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t
  * (ids at or beyond page_count), so a later page_new of such an id cannot
  * find a stale image resident. */
 void page_drop_beyond(ps_core *c, uint64_t page_count) {
-    for (uint32_t s = 0; s < c->nslots; s++) {
+    for (uint32_t s = 0; s < c->fresh; s++) {
         slot_t *sl = &c->slots[s];
         if (sl->used && sl->page_id >= page_count) {
             pt_remove(c, sl->page_id);

@@ -27,11 +27,12 @@
  * zeroed, never handed on as plaintext. */
 #include "ps_internal.h"
 
-#define RESERVE 32
-#define REC_HEAD 18
-#define REC_CRC_SPAN 14
-#define REC_SEAL 29          /* key_id + nonce + tag */
-#define ENCRYPTED 0x02
+/* the format facts of ps_api.h under this file's short names */
+#define RESERVE PS_SEALED_PAGE_TRAILER
+#define REC_HEAD PS_RECORD_HEADER_SIZE
+#define REC_CRC_SPAN PS_RECORD_CRC_SPAN
+#define REC_SEAL PS_RECORD_SEAL_OVERHEAD
+#define ENCRYPTED PS_RECORD_ENCRYPTED
 #define AD_MAX 512
 
 static const char RECORD_AD[] = "pagestore/record/v1";   /* sizeof includes the NUL */

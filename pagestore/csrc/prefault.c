@@ -46,10 +46,10 @@ static void *prefault_loop(void *arg) {
             pthread_cond_wait(&c->pf_cv, &c->pf_mu);
         if (c->pf_stop) break;
         if (c->pf_cow_done < c->pf_cow_goal)        /* a checkpoint is running: its copies first */
-            c->sig->cow_prefaulted_bytes =
+            c->sig.cow_prefaulted_bytes =
                 populate_step(c, c->cow_mem, &c->pf_cow_done, c->pf_cow_goal, cow_total);
         else
-            c->sig->prefaulted_bytes =
+            c->sig.prefaulted_bytes =
                 populate_step(c, c->mem, &c->pf_done, c->pf_goal < total ? c->pf_goal : total, total);
     }
     pthread_mutex_unlock(&c->pf_mu);
@@ -82,8 +82,12 @@ void prefault_need(ps_core *c, uint32_t s) {
     size_t edge = ((size_t)s + 1) * c->page_size;
     if (!c->pf_on || edge + AHEAD / 2 <= c->pf_asked || getpid() != c->pf_pid) return;
     c->pf_asked = edge + AHEAD;
+    size_t total = (size_t)c->nslots * c->page_size;
     pthread_mutex_lock(&c->pf_mu);
-    c->pf_goal = c->pf_asked;
+    /* never beyond the region: a goal past its end could not be reached, and
+     * the thread would call madvise on nothing forever (a core burnt for as
+     * long as the store stays open once its slots had all been used) */
+    c->pf_goal = c->pf_asked < total ? c->pf_asked : total;
     pthread_cond_signal(&c->pf_cv);
     pthread_mutex_unlock(&c->pf_mu);
 }

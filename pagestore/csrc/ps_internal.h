@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "ps_api.h"
+#include "ps_test.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "pagestore's C core assumes a little-endian host"
@@ -37,26 +38,26 @@
 #define PS_RETRY (-100) /* internal: a reader met a page miss; redo under the write lock */
 
 /* common header offsets */
-#define H_CRC 0
-#define H_TYPE 4
-#define H_FORMAT 6
-#define H_PAGEID 8
-#define H_CKPT 16
-#define H_FREELO 24
-#define H_FREEHI 26
-#define H_SIZE 32
+#define H_CRC PS_PH_CRC
+#define H_TYPE PS_PH_TYPE
+#define H_FORMAT PS_PH_FORMAT
+#define H_PAGEID PS_PH_PAGE_ID
+#define H_CKPT PS_PH_CHECKPOINT_ID
+#define H_FREELO PS_PH_FREE_LO
+#define H_FREEHI PS_PH_FREE_HI
+#define H_SIZE PS_PAGE_HEADER_SIZE
 
 /* meta page */
-#define M_MAGIC 32
-#define M_VERSION 40
-#define M_PAGESIZE 44
-#define M_ROOT 48
-#define M_PAGECOUNT 56
-#define M_FREEHEAD 64
-#define M_KEYCOUNT 72
-#define M_HEIGHT 80
-#define M_RESERVE 84
-#define M_END 88
+#define M_MAGIC PS_MH_MAGIC
+#define M_VERSION PS_MH_VERSION
+#define M_PAGESIZE PS_MH_PAGE_SIZE
+#define M_ROOT PS_MH_ROOT
+#define M_PAGECOUNT PS_MH_PAGE_COUNT
+#define M_FREEHEAD PS_MH_FREE_HEAD
+#define M_KEYCOUNT PS_MH_KEY_COUNT
+#define M_HEIGHT PS_MH_HEIGHT
+#define M_RESERVE PS_MH_RESERVE
+#define M_END PS_MH_END
 
 /* leaf and inner nodes */
 #define N_NKEYS 32
@@ -135,7 +136,7 @@ struct ps_core {
     uint32_t page_size, reserve, usable;
     uint32_t max_key, max_cell, leaf_inline_max;
     int physical;
-    int snap_codec;        /* PAGE_SNAPSHOT codec: PS_SNAP_DISABLED or PS_SNAP_SKIP_GARBAGE */
+    int snap_codec;        /* PAGE_SNAPSHOT codec: PS_CODEC_DISABLED or PS_CODEC_SKIP_GARBAGE */
     int phys_reset;        /* the reset record is still to be logged before the first page record */
     int phys_logged;       /* the running guarded op has logged page records */
     void *handle;
@@ -145,8 +146,10 @@ struct ps_core {
     uint8_t *mem;
     uint32_t nslots;
     slot_t *slots;
-    uint32_t *free_slots;
+    uint32_t *free_slots;  /* slots given back; never-used slots are not listed (see fresh) */
     uint32_t nfree;
+    uint32_t fresh;        /* slots [0, fresh) have been used: the rest of page memory and of
+                            * the per-slot arrays is reserved but never touched (slot_take) */
     uint32_t clock_hand;
     uint32_t **pt_dir;     /* page table directory (see PT_CHUNK) */
     uint64_t pt_ndir;
@@ -156,6 +159,7 @@ struct ps_core {
     uint32_t ncow;
     uint32_t *cow_free;
     uint32_t ncow_free;
+    uint32_t cow_fresh;    /* buffer pages [0, cow_fresh) have been used, the rest untouched */
     uint32_t *cow_owner;   /* slot whose checkpoint image each buffer page holds (COW_NONE: free) */
 
     meta_t meta;
@@ -206,14 +210,21 @@ struct ps_core {
     int ckpt_active;
     uint64_t ckpt_id;
     uint64_t *ckpt_ids;
-    size_t ckpt_ids_cap;
 
     uint64_t bad_page, blocked_page;
     char errmsg[256];
-    ps_signals *sig;       /* the caller's struct (Python owns it) or own_sig */
-    ps_signals own_sig;
+    ps_signals sig;        /* read by Python through ps_get_signals, without the lock */
     uint64_t thr_cow, thr_dirty;
+    struct mv_state *mv;   /* mvcc.c: snapshots' undo log, NULL until the first snapshot */
 };
+
+/* A checkpoint-buffer page can be taken: a given-back one or a never-used one. */
+static inline int cow_available(const ps_core *c) {
+    return c->ncow_free || c->cow_fresh < c->ncow;
+}
+
+/* CRC of a page with its crc field (bytes 0..4) taken as zero (crc32c.c) */
+uint32_t ps_page_crc(const uint8_t *page, uint32_t page_size);
 
 /* callbacks implemented in Python (extern "Python+C" in the cdef) */
 int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
@@ -370,5 +381,16 @@ int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_
                 size_t max_bytes, uint8_t *out, size_t cap, size_t *out_len, int may_load);
 int bt_verify(ps_core *c, ps_verify_info *info);
 void leaf_init(ps_core *c, uint8_t *p);
+
+/* mvcc.c: snapshots and validated commits.  The write paths call mv_capture
+ * before each change and mv_op_done after op_commit / op_rollback, when c->mv
+ * is set, all under the tree write lock. */
+typedef struct mv_check { uint64_t snap; const uint8_t *reads; size_t len; } mv_check;
+int mv_capture(ps_core *c, const char *key, size_t klen, int is_delete);
+void mv_op_done(ps_core *c, int committed);
+void mv_free(ps_core *c);
+int mv_validate(ps_core *c, uint64_t id, const uint8_t *reads, size_t len);
+/* ps_apply_batch with the reads of chk (if any) validated first, in the same hold */
+int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid, const mv_check *chk);
 
 #endif

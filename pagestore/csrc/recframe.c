@@ -32,14 +32,15 @@
 
 #include "ps_internal.h"
 
-#define REC_HEAD 18
-#define REC_CRC_SPAN 14
-#define PAGE_HEAD 32
-#define CODEC_DISABLED 0
-#define CODEC_SKIP 1
-#define CODEC_LZ4 4
-#define GAP_SKIPPED 1
-#define MAX_OVER_PAGE 64
+/* the format facts of ps_api.h under this file's short names */
+#define REC_HEAD PS_RECORD_HEADER_SIZE
+#define REC_CRC_SPAN PS_RECORD_CRC_SPAN
+#define PAGE_HEAD PS_PAGE_HEADER_SIZE
+#define CODEC_DISABLED PS_CODEC_DISABLED
+#define CODEC_SKIP PS_CODEC_SKIP_GARBAGE
+#define CODEC_LZ4 PS_CODEC_LZ4
+#define GAP_SKIPPED PS_RECORD_GAP_SKIPPED
+#define MAX_OVER_PAGE PS_RECORD_MAX_OVER_PAGE
 
 static int all_zero(const uint8_t *p, size_t n) {
     /* word-wise: gaps run to kilobytes, a byte loop would dominate the framing */

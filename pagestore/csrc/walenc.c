@@ -33,6 +33,11 @@
 /* seal_buf's size from ps_wal_set_key on: more than any record of the
  * unguarded fast paths (an inline cell is smaller than a page), see wal_fits */
 #define SEAL_BUF_MIN (64u << 10)
+/* Records are laid out sealed: by this encoder (seal_ctx), or, with tags
+ * reserved (ps_wal_reserve_tags: a key id and no context), by the caller,
+ * who seals each record in place before its bytes leave the process. */
+#define SEALING(c) ((c)->seal_ctx != NULL || (c)->seal_key_id != 0)
+static const uint8_t ZERO_TAG[TAG];
 
 /* The key-check tag of a sealed header whose bytes [0, 45) are in place. */
 static int seg_check_tag(ps_core *c, const uint8_t *base, const uint8_t *salt, uint8_t tag[TAG]) {
@@ -50,14 +55,15 @@ static int write_seg_header(ps_core *c, uint8_t *base, uint64_t seq, uint64_t pr
     memset(base, 0, BLK);
     memcpy(base, "PSWALSEG", 8);
     wr16(base + 8, 1);
-    wr16(base + 10, c->seal_ctx ? SEAL_FLAG : 0);
+    wr16(base + 10, SEALING(c) ? SEAL_FLAG : 0);
     wr32(base + 12, BLK);
     wr64(base + 16, c->wal_seg_size);
     wr64(base + 24, seq);
     wr64(base + 32, prev_end);
     wr32(base + 40, ps_crc32c(0, base, 40));
-    if (!c->seal_ctx) return 0;
+    if (!SEALING(c)) return 0;
     base[44] = c->seal_key_id;
+    if (!c->seal_ctx) return 0;            /* tags reserved: salt and key check are the caller's */
     memcpy(base + 45, salt, 8);
     memcpy(c->seal_salt, salt, 8);
     if (seg_check_tag(c, base, salt, base + SEG_SEAL_END + 8))
@@ -88,7 +94,7 @@ static uint64_t phys_end(const ps_core *c, uint64_t off, uint64_t len) {
 int wal_fits(const ps_core *c, uint64_t len) {
     if (!c->wal_on) return 1;
     if (c->seal_ctx && len - PS_WAL_REC_HDR > c->seal_cap) return 0;
-    return phys_end(c, c->wal_off, len + (c->seal_ctx ? TAG : 0)) != 0;
+    return phys_end(c, c->wal_off, len + (SEALING(c) ? TAG : 0)) != 0;
 }
 static void write_block_header(ps_core *c) {
     uint8_t *b = c->wal_base + c->wal_off;
@@ -157,7 +163,7 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
     }
     uint64_t plen = 0;
     for (int i = 0; i < nparts; i++) plen += parts[i].n;
-    uint64_t len = PS_WAL_REC_HDR + plen + (c->seal_ctx ? TAG : 0);
+    uint64_t len = PS_WAL_REC_HDR + plen + (SEALING(c) ? TAG : 0);
     if (len > 0xFFFFFFFFull || phys_end(c, BLK, len) == 0) return PS_E_TOO_LARGE;
     if (c->seal_ctx && plen > c->seal_cap) {
         uint8_t *nb = realloc(c->seal_buf, plen);
@@ -206,9 +212,9 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
     c->wal_rec_total = c->wal_rec_left = len;
     put_bytes(c, hdr, PS_WAL_REC_HDR);
     for (int i = 0; i < nparts; i++) put_bytes(c, parts[i].p, parts[i].n);
-    if (c->seal_ctx) put_bytes(c, tag, TAG);
+    if (SEALING(c)) put_bytes(c, c->seal_ctx ? tag : ZERO_TAG, TAG);
     uint64_t end = c->wal_seq * c->wal_seg_size + c->wal_off;
-    c->sig->wal_end_lsn = end;
+    c->sig.wal_end_lsn = end;
     if (c->wal_unmap && c->wal_off - c->wal_unmapped >= 2 * UNMAP_STEP) wal_unmap_upto(c, c->wal_off, 0);
     if (start_lsn) *start_lsn = lsn;
     if (end_lsn) *end_lsn = end;
@@ -219,6 +225,14 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
  * sealed one of this key; its salt seeds the records' nonces. */
 static int attach_seal(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
                        uint64_t prev_end_lsn, int write_header) {
+    if (!c->seal_ctx && c->seal_key_id) {
+        /* tags reserved: the header is ours (write_header) or one the caller sealed */
+        if (write_header) return write_seg_header(c, base, seq, prev_end_lsn, NULL);
+        if (memcmp(base, "PSWALSEG", 8) != 0 || rd16(base + 10) != SEAL_FLAG || base[44] != c->seal_key_id)
+            return set_err(c, PS_E_ARG, "WAL segment %llu is not a sealed-records segment of key id %u",
+                           (unsigned long long)seq, c->seal_key_id);
+        return 0;
+    }
     if (!c->seal_ctx) {
         /* plain records must not land in a sealed segment */
         if (!write_header && memcmp(base, "PSWALSEG", 8) == 0 && rd16(base + 10) == SEAL_FLAG)
@@ -265,7 +279,7 @@ int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
         c->wal_unmapped = 0;
         c->wal_on = 1;
         c->phys_reset = c->physical;
-        c->sig->wal_end_lsn = seq * seg_size + offset;
+        c->sig.wal_end_lsn = seq * seg_size + offset;
     }
     pthread_rwlock_unlock(&c->lock);
     return rc;
@@ -311,6 +325,18 @@ int ps_wal_set_key(ps_core *c, const uint8_t *key, uint32_t key_len, uint32_t ke
     return rc;
 }
 
+int ps_wal_reserve_tags(ps_core *c, uint32_t key_id) {
+    if (key_id > 255) return set_err(c, PS_E_ARG, "WAL key id: 1..255 (0: no tags reserved)");
+    core_wrlock(c);
+    int rc = 0;
+    if (c->wal_on || c->seal_ctx)
+        rc = set_err(c, PS_E_ARG, "WAL tags: reserve them before wal_attach, with no key set");
+    else
+        c->seal_key_id = (uint8_t)key_id;
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
 void ps_wal_disable(ps_core *c) {
     core_wrlock(c);
     c->wal_on = 0;
@@ -319,7 +345,7 @@ void ps_wal_disable(ps_core *c) {
 }
 
 int ps_set_snapshot_codec(ps_core *c, int codec) {
-    if (codec != PS_SNAP_DISABLED && codec != PS_SNAP_SKIP_GARBAGE) return PS_E_ARG;
+    if (codec != PS_CODEC_DISABLED && codec != PS_CODEC_SKIP_GARBAGE) return PS_E_ARG;
     core_wrlock(c);
     c->snap_codec = codec;
     pthread_rwlock_unlock(&c->lock);
@@ -369,12 +395,12 @@ int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img) {
     wr64(h, page_id);
     wpart parts[3] = {{h, 13}, {img, P}, {NULL, 0}};
     int nparts = 2;
-    h[8] = PS_SNAP_DISABLED;
+    h[8] = PS_CODEC_DISABLED;
     wr32(h + 9, P);
-    if (c->snap_codec == PS_SNAP_SKIP_GARBAGE) {
+    if (c->snap_codec == PS_CODEC_SKIP_GARBAGE) {
         uint32_t lo = rd16(img + H_FREELO), hi = rd16(img + H_FREEHI);
         if (H_SIZE <= lo && lo < hi && hi <= P && memcmp(img + lo, c->zero_page, hi - lo) == 0) {
-            h[8] = PS_SNAP_SKIP_GARBAGE | PS_SNAP_GAP_BIT;
+            h[8] = PS_CODEC_SKIP_GARBAGE | PS_SNAP_GAP_BIT;
             wr32(h + 9, P - (hi - lo));
             parts[1].n = lo;
             parts[2].p = img + hi;

@@ -10,7 +10,7 @@ from pagestore.checkpoint import Checkpointer, CheckpointerError
 from pagestore.checkpoint.format import END, START, marker_name, parse_name
 from pagestore.checkpoint.markers import read_marker, scan
 from pagestore.checkpoint.recovery_file import read_recovery_file
-from pagestore.checkpoint.testing import FakePageSource, FakeWal, FileSink, RecordingFS, make_page
+from tests.support.checkpoint_fakes import FakePageSource, FakeWal, FileSink, RecordingFS, make_page
 
 PS = 4096
 N = 120
@@ -125,7 +125,8 @@ def test_pool_writes_one_recovery_file_per_thread_covering_each_page_once(store)
 def test_page_modified_during_checkpoint_is_written_as_of_begin(store):
     fs, src, sink, wal, rng, start = store
     dirty(src, rng, range(10), 1)
-    at_begin = {i: bytes(src.pages[i]) for i in range(10)}
+    at_begin = src.images_after(1)                # the first checkpoint's id, stamped as the core does
+    at_begin = {i: at_begin[i] for i in range(10)}
 
     def meddle(ids):
         src.on_copy = None

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pagestore.checkpoint.compression import (CODECS, DISABLED, SKIP_GARBAGE, PageCodec, compact_page,
                                     expand_page)
 from pagestore.checkpoint.format import GAP_SKIPPED
-from pagestore.checkpoint.testing import make_page, page_ok
+from tests.support.checkpoint_fakes import make_page, page_ok
 
 PS = 4096
 

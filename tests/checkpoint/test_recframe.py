@@ -14,7 +14,7 @@ from pagestore import diskio
 from pagestore.checkpoint.compression import PageCodec
 from pagestore.checkpoint.format import RECORD_HEADER_SIZE, RecoveryFileCorrupt
 from pagestore.checkpoint.recovery_file import RecoveryFileWriter, read_recovery_batches, read_recovery_file
-from pagestore.checkpoint.testing import make_page
+from tests.support.checkpoint_fakes import make_page
 from pagestore._native import compact_pages, frame_record_heads, frame_recovery_records, parse_recovery_records
 
 PS = 4096

@@ -9,9 +9,6 @@ nothing never attempted appears.
 
 import os
 import random
-import select
-import signal
-import subprocess
 import sys
 import time
 
@@ -22,33 +19,15 @@ import pagestore
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kill9_child import value_for  # noqa: E402
 
+from tests.support.kill9 import output_until_killed  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 TORTURE = os.environ.get("PAGESTORE_TORTURE") == "1"
 
 
 def run_round(path, mode, rnd, rng):
-    child = subprocess.Popen([sys.executable, os.path.join(HERE, "kill9_child.py"), path, mode,
-                              str(rnd), "3"], stdout=subprocess.PIPE, cwd=ROOT)
     acked, inflight = set(), {}
-    buf = b""
-    deadline = None
-    try:
-        while True:
-            r, _, _ = select.select([child.stdout], [], [], 30)
-            assert r, "child produced nothing for 30 s"
-            chunk = os.read(child.stdout.fileno(), 65536)
-            if not chunk:
-                raise AssertionError(f"child exited early with {child.wait()}")
-            buf += chunk
-            if deadline is None and b"READY\n" in buf:
-                deadline = time.monotonic() + rng.uniform(0.02, 0.4)
-            if deadline is not None and time.monotonic() >= deadline:
-                os.kill(child.pid, signal.SIGKILL)
-                break
-    finally:
-        child.wait()
-    buf += child.stdout.read()
+    buf = output_until_killed(os.path.join(HERE, "kill9_child.py"), (path, mode, rnd, 3), rng, 0.02, 0.4)
     for line in buf.decode().splitlines():
         parts = line.split()
         if not parts or parts[0] == "READY":

@@ -15,7 +15,7 @@ from pagestore import diskio
 from pagestore.checkpoint.compression import PageCodec
 from pagestore.checkpoint.format import ENCRYPTED, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, record_context
 from pagestore.checkpoint.recovery_file import RecoveryFileWriter, read_recovery_batches, read_recovery_file
-from pagestore.checkpoint.testing import make_page
+from tests.support.checkpoint_fakes import make_page
 from pagestore import _native
 from pagestore.cipher import PAGE_RESERVE, RECORD_OVERHEAD, Cipher
 from pagestore.errors import EncryptionError

@@ -54,10 +54,10 @@ class _Ckpt:
 def _throttle(running):
     from pagestore.throttle import Throttle
     ckpt = _Ckpt(running)
-    db = SimpleNamespace(_ckpt=ckpt, _signals=SimpleNamespace(cow_used=0),
-                         _core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None),
+    db = SimpleNamespace(checkpointer=ckpt, signals=SimpleNamespace(cow_used=0),
+                         core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None),
                          config=SimpleNamespace(checkpoint_dirty_fraction=0.6))
-    t = Throttle(db, policy=SimpleNamespace(name="none"))
+    t = Throttle(db, policy=SimpleNamespace(name="none", check_interval=0.0))
     t.NOMEM_WAIT = 0.01
     return t, ckpt
 
@@ -86,7 +86,7 @@ def test_a_writer_the_policy_parks_during_a_checkpoint_hurries_it():
     # which pacing lowers: no park may come from the spread schedule.
     t, ckpt = _throttle(running=True)
     t.policy = SimpleNamespace(name="parks", park_seconds=lambda signals, now: 0.001)
-    t.signals = lambda: None
-    t._db._signals = SimpleNamespace(cow_used=0, cow_capacity=100, dirty_pages=0, slots_total=100)
+    t.signals = lambda ckpt=None: None
+    t._store.signals = SimpleNamespace(cow_used=0, cow_capacity=100, dirty_pages=0, slots_total=100)
     t.check()
     assert ckpt.asked == [("hurry", "park")] and t.parks == 1

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 import pagestore
+from pagestore.database import engine_of
 
 _PRELUDE = """
 import sys, threading, pagestore
@@ -101,7 +102,7 @@ def test_closed_and_abandoned_stores_free_their_cores(tmp_path):
         db = pagestore.open(tmp_path / f"s{i}", memory_size=8 << 20, wal_segment_size=1 << 20)
         for j in range(500):
             db.put(b"k%05d" % j, b"v" * 100)
-        cores.append(weakref.ref(db._core))
+        cores.append(weakref.ref(engine_of(db).core))
         if i % 2:
             db._abandon()
         else:

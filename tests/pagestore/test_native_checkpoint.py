@@ -11,6 +11,7 @@ import random
 import pytest
 
 from pagestore import _native
+from pagestore._native.testing import page_image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import scan  # noqa: E402
@@ -50,11 +51,11 @@ def test_ckpt_begin_returns_sorted_dirty_pages_and_clears_dirty():
         core.put(b"%06d" % i, b"v" * 80)
     dirty = core.signals.dirty_pages
     assert dirty > 10 and core.signals.pages_dirtied >= dirty
-    ids, lsn = core.ckpt_begin(1, b"")
+    ids, lsn = core.ckpt_begin(1)
     assert lsn == 0 and list(ids) == sorted(ids) and len(ids) == dirty and 0 in ids
     assert core.signals.dirty_pages == 0 and core.signals.ckpt_pages == len(ids)
     with pytest.raises(ValueError):
-        core.ckpt_begin(2, b"")                       # one checkpoint at a time
+        core.ckpt_begin(2)                       # one checkpoint at a time
     imgs = copy_all(core, ids)
     assert core.signals.ckpt_written == len(ids)
     assert all(_native.check_page(img, pid) for pid, img in imgs.items())
@@ -62,7 +63,7 @@ def test_ckpt_begin_returns_sorted_dirty_pages_and_clears_dirty():
     core.ckpt_release(ids)
     core.ckpt_end()
     assert core.signals.ckpt_pages == 0
-    ids2, _ = core.ckpt_begin(2, b"")
+    ids2, _ = core.ckpt_begin(2)
     assert len(ids2) == 0 or list(ids2) == [0]        # nothing changed since
     core.ckpt_end()
 
@@ -77,7 +78,7 @@ def test_writes_during_checkpoint_copy_on_write_and_images_stay_as_of_begin():
         k, v = rng.randbytes(8), rng.randbytes(rng.randrange(150))
         core.put(k, v)
         model[k] = v
-    ids, _ = core.ckpt_begin(7, b"")
+    ids, _ = core.ckpt_begin(7)
     before = dict(model)
     for _ in range(2000):                             # writes while the checkpoint runs
         k = rng.choice(list(model)) if rng.random() < 0.5 else rng.randbytes(8)
@@ -111,7 +112,7 @@ def test_full_checkpoint_buffer_fails_with_blocked_page_and_rolls_back():
         k, v = rng.randbytes(8), rng.randbytes(100)
         core.put(k, v)
         model[k] = v
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     failures = 0
     for _ in range(300):
         k, v = rng.choice(list(model)), rng.randbytes(rng.randrange(50, 200))
@@ -152,7 +153,7 @@ def test_in_checkpoint_pages_are_not_evicted_and_memory_full_is_reported():
         core.put(k, b"x" * 200)
         model[k] = b"x" * 200
         i += 1
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     with pytest.raises(_native.Retry) as ei:          # nothing evictable: all in the checkpoint
         for j in range(i, i + 5000):
             k = b"%06d" % j
@@ -177,7 +178,7 @@ def test_throttle_hint_follows_the_thresholds():
         core.put(b"%06d" % i, b"z" * 300)
         i += 1
     assert core.signals.dirty_pages >= 40
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     assert core.signals.throttle_hint == 0
     j = 0
     while core.signals.cow_used < 5:
@@ -212,7 +213,7 @@ def test_pages_with_copy_lists_exactly_the_in_checkpoint_pages_holding_a_copy():
     keys = [rng.randbytes(8) for _ in range(4000)]
     for k in keys:
         core.put(k, rng.randbytes(100))
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     assert list(core.ckpt_pages_with_copy()) == []     # nothing written yet
     for k in rng.sample(keys, 60):
         core.put(k, rng.randbytes(100))
@@ -222,7 +223,7 @@ def test_pages_with_copy_lists_exactly_the_in_checkpoint_pages_holding_a_copy():
     assert set(got) <= set(ids)
     # a page holds a copy iff its checkpoint image now differs from the live page
     imgs = copy_all(core, ids)
-    changed = {pid for pid in ids if imgs[pid][32:] != core.page_image(pid)[32:]}
+    changed = {pid for pid in ids if imgs[pid][32:] != page_image(core, pid)[32:]}
     assert changed <= set(got)
     # pages written and released drop out of the list, the others stay
     half = list(got[: len(got) // 2])
@@ -243,7 +244,7 @@ def test_pages_with_copy_forgets_copies_of_a_rolled_back_write():
     core.format_new()
     for i in range(3000):
         core.put(b"%06d" % i, b"v" * 80)
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     # a batch touching many leaves needs more copies than the 4-page buffer holds
     ops = _native.pack_ops((1, b"%06d" % i, b"w" * 80) for i in range(0, 3000, 50))
     with pytest.raises(_native.Retry):
@@ -269,7 +270,7 @@ def test_copy_frame_gives_the_bytes_of_copy_then_frame(skip_garbage):
         k = rng.randbytes(8)
         core.put(k, rng.randbytes(rng.randrange(150)))
         keys.append(k)
-    ids, _ = core.ckpt_begin(9, b"")
+    ids, _ = core.ckpt_begin(9)
     for k in rng.sample(keys, 300):                   # some pages get a checkpoint-buffer copy
         core.put(k, b"new")
     assert core.signals.cow_used > 0

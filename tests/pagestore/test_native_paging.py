@@ -26,7 +26,7 @@ class Disk:
         buf[:] = self.pages[page_id]
 
     def checkpoint(self, core, cid=1):
-        ids, _lsn = core.ckpt_begin(cid, b"")
+        ids, _lsn = core.ckpt_begin(cid)
         out = bytearray(len(ids) * core.page_size)
         core.ckpt_copy(ids, out)
         for i, pid in enumerate(ids):
@@ -215,7 +215,7 @@ def test_read_page_exception_is_reraised_and_nothing_changes():
 
 
 def test_nomem_rolls_the_whole_batch_back():
-    disk, rng, model = Disk(), random.Random(7), {}
+    disk, model = Disk(), {}
     core = new_core(disk, 48 * PS)
     core.format_new()
     for i in range(300):

@@ -15,6 +15,7 @@ import pytest
 
 from pagestore.checkpoint.pagerecords import RESET_PAGE_ID, SNAPSHOT_GAP_BIT
 from pagestore import _native, errors
+from pagestore._native.testing import page_image
 from pagestore.recovery.physical import rebuild_from_wal
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -39,7 +40,7 @@ def raw_put(key, value):
 
 
 def checkpoint(core, cid):
-    ids, lsn = core.ckpt_begin(cid, b"")
+    ids, lsn = core.ckpt_begin(cid)
     out = bytearray(len(ids) * PS)
     core.ckpt_copy(ids, out)
     want = {pid: bytes(out[i * PS:(i + 1) * PS]) for i, pid in enumerate(ids)}
@@ -52,7 +53,7 @@ def finish(core, ids):
 
 
 def rebuilt(segs, prev, lsn, cid):
-    images = rebuild_from_wal(records(segs), prev, lsn, cid, PS, stamp_checkpoint_id=True)
+    images = rebuild_from_wal(records(segs), prev, lsn, cid, PS)
     for pid, img in images.items():
         _native.seal_page(img, pid, PS)
     return images
@@ -66,7 +67,7 @@ def assert_exact(images, want, core, disk=None):
     # any other page rebuilt must be what the page file already holds (a
     # clean resident page equals it), or a page no longer in use
     for pid in set(images) - set(want):
-        live = core.page_image(pid)
+        live = page_image(core, pid)
         ref = disk.get(pid) if disk is not None else None
         if ref is not None:
             assert bytes(images[pid])[4:16] + bytes(images[pid])[24:] == ref[4:16] + ref[24:], pid
@@ -147,7 +148,7 @@ def test_a_crashed_incarnations_records_in_the_range_are_forgotten():
             kept.append(raw_put(k, v))          # the rest never reached the durable log
     for i in range(40):
         a.put(b"lost-%04d" % i, b"L" * 900)      # splits: pages B never touches
-    a.ckpt_begin(2, b"")                          # A's CHECKPOINT 2, never STARTed
+    a.ckpt_begin(2)                          # A's CHECKPOINT 2, never STARTed
     a_end = a.signals.wal_end_lsn
     a_seq = max(segs.bufs)
 

@@ -37,7 +37,7 @@ def test_concurrent_put_get_scan_keep_every_thread_consistent():
     def checkpoint():
         with ckpt_lock:
             cid[0] += 1
-            ids, _ = core.ckpt_begin(cid[0], b"")
+            ids, _ = core.ckpt_begin(cid[0])
             out = bytearray(len(ids) * PS)
             core.ckpt_copy(ids, out)
             with disk.lock:

@@ -15,6 +15,7 @@ import crc32c
 import pytest
 
 from pagestore import _native
+from pagestore._native.testing import page_image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import Segments, scan  # noqa: E402
@@ -172,14 +173,14 @@ def test_records_cross_blocks_and_segments_and_replay_to_the_same_tree():
     replica.verify()
 
 
-def test_ckpt_begin_logs_a_checkpoint_record_at_the_returned_lsn():
+def test_ckpt_begin_logs_a_checkpoint_record_of_its_id_at_the_returned_lsn():
     segs = Segments()
     core = new_core(segs)
     core.put(b"a", b"1")
-    ids, lsn = core.ckpt_begin(42, b"opaque")
+    ids, lsn = core.ckpt_begin(42)
     core.ckpt_end()
     rec = [r for r in decode(segs) if r[2] == CHECKPOINT][0]
-    assert rec[0] == lsn and rec[3] == struct.pack("<Q", 42) + b"opaque"
+    assert rec[0] == lsn and rec[3] == struct.pack("<Q", 42)
 
 
 def test_failed_batch_logs_no_commit_but_a_rollback_and_changes_nothing():
@@ -189,7 +190,7 @@ def test_failed_batch_logs_no_commit_but_a_rollback_and_changes_nothing():
     attach(core, segs)
     for i in range(2000):
         core.put(b"%05d" % i, b"v" * 50)
-    ids, _ = core.ckpt_begin(1, b"")
+    ids, _ = core.ckpt_begin(1)
     ops = [(1, b"%05d" % i, b"w" * 50) for i in range(0, 2000, 7)]
     with pytest.raises(_native.Retry):
         core.apply_batch(_native.pack_ops(ops), 777)
@@ -222,7 +223,7 @@ def test_physical_mode_snapshots_and_deltas_rebuild_every_page_exactly():
     rng = random.Random(3)
     for i in range(500):
         core.put(rng.randbytes(8), rng.randbytes(100))
-    ids, lsn = core.ckpt_begin(1, b"")
+    ids, lsn = core.ckpt_begin(1)
     out = bytearray(len(ids) * 4096)
     core.ckpt_copy(ids, out)
     core.ckpt_release(ids)
@@ -258,5 +259,5 @@ def test_physical_mode_snapshots_and_deltas_rebuild_every_page_exactly():
             assert off == len(r[3])
     assert snaps > 10
     for pid, img in pages.items():
-        assert bytes(img) == core.page_image(pid), pid
+        assert bytes(img) == page_image(core, pid), pid
     core.verify()

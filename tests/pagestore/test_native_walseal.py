@@ -15,7 +15,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from pagestore import _native
+from pagestore import _native, errors
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import Segments, logical, wal_core, wal_records  # noqa: E402
@@ -247,7 +247,7 @@ def test_the_segment_limit_counts_the_tag():
         if ok:
             core.log_record(CHECKPOINT, b"p" * payload)
         else:
-            with pytest.raises(_native._errors.ValueTooLargeError):
+            with pytest.raises(errors.ValueTooLargeError):
                 core.log_record(CHECKPOINT, b"p" * payload)
 
 

@@ -6,6 +6,7 @@ page memory, and a small store does not start the thread."""
 import time
 
 import pagestore
+from pagestore.database import engine_of
 
 AHEAD = 8 << 20
 
@@ -47,7 +48,7 @@ def test_a_forked_child_can_destroy_its_copy_of_the_core_without_waiting_for_the
         pid = os.fork()
         if pid == 0:                       # the thread stayed in the parent: nothing to join
             try:
-                db._core.close()
+                engine_of(db).core.close()
             finally:
                 os._exit(0)
         deadline = time.monotonic() + 20

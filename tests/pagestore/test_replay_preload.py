@@ -1,6 +1,6 @@
 """A long replay reads the page file in bulk first, encrypted or not.
 
-When the records to replay reach about one per page on disk, `_replay` reads
+When the records to replay reach about one per page on disk, replay reads
 the page file sequentially into free page memory (`Core.preload`) instead of
 one miss callback per page; an encrypted page file is opened in bulk on the
 way (`Cipher.open_pages`, C). A page that does not authenticate is zeroed and
@@ -13,7 +13,8 @@ import random
 import pytest
 
 import pagestore
-from pagestore import _native, database
+from pagestore import _native
+from pagestore.recovery import opening
 from pagestore.cipher import PAGE_RESERVE, Cipher
 from pagestore.errors import EncryptionError
 
@@ -55,7 +56,7 @@ def test_replay_of_a_long_log_loads_pages_in_bulk_not_by_misses(tmp_path, encryp
 def test_without_the_preload_the_same_replay_misses_on_most_pages(tmp_path, monkeypatch):
     """The control of the test above: its page_loads bound can fail."""
     pages = _crashed_store(str(tmp_path), encryption_key=KEY)
-    monkeypatch.setattr(database, "PRELOAD_RECORDS_PER_PAGE", 1e9)
+    monkeypatch.setattr(opening, "PRELOAD_RECORDS_PER_PAGE", 1e9)
     with pagestore.open(str(tmp_path), **OPTS, encryption_key=KEY) as db:
         assert db.stats()["page_loads"] > pages // 2
 

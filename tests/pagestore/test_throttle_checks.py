@@ -16,9 +16,8 @@ from pagestore.throttle import Throttle
 class CountingPolicy:
     name = "counting"
 
-    def __init__(self, check_interval=None):
-        if check_interval is not None:
-            self.check_interval = check_interval
+    def __init__(self, check_interval=0.0):
+        self.check_interval = check_interval   # throttling.Policy: 0.0 asks on every write
         self.asked = 0
 
     def park_seconds(self, signals, now):
@@ -35,7 +34,7 @@ def _db(cow_used=300, capacity=1000):
     ckpt = SimpleNamespace(pending=lambda: True, request=lambda reason: None,
                            phase_progress=lambda: progress)
     core = SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None)
-    return SimpleNamespace(_signals=signals, _ckpt=ckpt, _core=core,
+    return SimpleNamespace(signals=signals, checkpointer=ckpt, core=core,
                            config=SimpleNamespace(checkpoint_dirty_fraction=0.75))
 
 
@@ -52,10 +51,10 @@ def test_a_policy_with_an_interval_is_asked_again_when_the_buffer_moves():
     policy = CountingPolicy(check_interval=60.0)
     t = Throttle(db, policy)
     t.check()
-    db._signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000) - 1   # less than one step
+    db.signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000) - 1   # less than one step
     t.check()
     assert policy.asked == 1
-    db._signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000)       # one step
+    db.signals.cow_used = 300 + int(Throttle.CHECK_COW_STEP * 1000)       # one step
     t.check()
     assert policy.asked == 2
 
@@ -79,7 +78,7 @@ def test_each_writer_thread_is_asked_on_its_own_schedule():
     assert policy.asked == 2
 
 
-def test_a_policy_without_an_interval_is_asked_on_every_write():
+def test_a_policy_with_a_zero_interval_is_asked_on_every_write():
     policy = CountingPolicy()
     t = Throttle(_db(), policy)
     for _ in range(50):
@@ -103,15 +102,15 @@ def test_a_checkpoint_the_core_began_counts_as_running_before_the_checkpointer_s
     # between the core's begin (copies start) and the checkpointer's progress update
     db = _db()
     db.config.recovery_data = "checkpoint"
-    progress = db._ckpt.phase_progress()
+    progress = db.checkpointer.phase_progress()
     progress.update(running=False, checkpoint_pages=900, recovery_pages_written=900, pages_written=900,
                     phase="begin")
-    db._signals.ckpt_pages = 0
+    db.signals.ckpt_pages = 0
     policy = RecordingPolicy()
     t = Throttle(db, policy)
     t.check()
     assert not policy.signals.checkpoint_running          # nothing begun: idle
-    db._signals.ckpt_pages = 420                           # the core flagged 420 pages
+    db.signals.ckpt_pages = 420                           # the core flagged 420 pages
     t.check()
     s = policy.signals
     assert s.checkpoint_running and s.checkpoint_pages == 420

@@ -1,4 +1,5 @@
-"""Record-sealed WAL segments (wal/recseal.py): an encrypted store's encoder seals
+"""Record-sealed WAL segments (wal/recseal.py), the one encrypted WAL format:
+an encrypted store's encoder (or, without libcrypto, the Python sealer) seals
 every record, the file keeps the plaintext layout, and nothing is readable or
 changeable without the key."""
 
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from native_kit import wal_records  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _native.wal_seal_available(),
-                                reason="the C core cannot load libcrypto: block sealing is used")
+                                reason="the C core cannot load libcrypto: only the Python sealer runs")
 
 KEY = bytes(range(32))
 OPTS = dict(memory_size=8 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600)
@@ -58,7 +59,7 @@ def test_encrypted_store_seals_each_record_and_replays_after_a_kill(tmp_path, mo
     path = tmp_path / "s"
     with pagestore.open(path, encryption_key=KEY, wal_mode=mode, **OPTS) as db:
         st = db.stats()
-        assert st["wal_sealing"] == "records"
+        assert st["wal_sealer"] == "c"
         assert st["wal_write_path"] == ("mmap" if mode == "log_only" else "pwrite")
     write_and_kill(path, """
 for i in range(2000):
@@ -135,7 +136,7 @@ def test_a_wrong_key_or_no_key_names_the_wal_file(tmp_path):
     from pagestore.diskio import PosixFS
     from pagestore.cipher import Cipher
     from pagestore.wal.reader import RecoveryReport, scan
-    from pagestore.wal.sealed import NoKeyError
+    from pagestore.wal.recseal import NoKeyError
     from pagestore.wal.segments import Segments
     for cipher, error in ((Cipher.from_option(bytes(32)), pagestore.EncryptionError), (None, NoKeyError)):
         segs = Segments(PosixFS(), str(path / "wal"), 1 << 20, cipher=cipher)
@@ -187,28 +188,52 @@ def _crash_after(sim, body, **options):
     sim.crash(random.Random(1), "keep")          # a process kill: the OS keeps every write
 
 
-def test_block_sealed_segments_of_a_store_without_libcrypto_replay_under_record_sealing(monkeypatch):
-    """The fallback (no libcrypto: whole blocks sealed at publish) writes segments
-    that a store with record sealing still replays, then continues record-sealed."""
+def test_records_sealed_in_python_and_in_c_replay_under_either_sealer(monkeypatch):
+    """Without libcrypto the store seals records in Python, to the bytes the C
+    encoder writes: a store moved between the two replays everything, and no
+    plaintext reaches a segment file either way."""
     sim = SimFS()
-    monkeypatch.setattr(_native, "wal_seal_available", lambda: False)
 
-    def first(db):
-        assert db.stats()["wal_sealing"] == "blocks"
-        for i in range(3000):
-            db.put(b"a-%05d" % i, b"secret-a-%05d" % i)
-    _crash_after(sim, first)
-    monkeypatch.undo()
+    def run(sealer, prefix, before):
+        if sealer == "python":
+            monkeypatch.setattr(_native, "wal_seal_available", lambda: False)
 
-    def second(db):
-        assert db.stats()["wal_sealing"] == "records"
-        assert db.recovery["records_replayed"] >= 3000 and len(db) == 3000
-        for i in range(3000):
-            db.put(b"b-%05d" % i, b"secret-b-%05d" % i)
-    _crash_after(sim, second)
+        def body(db):
+            assert db.stats()["wal_sealer"] == sealer
+            assert db.stats()["wal_write_path"] == ("pwrite" if sealer == "python" else "mmap")
+            assert db.recovery["records_replayed"] >= min(before, 3000) and len(db) == before
+            for i in range(3000):
+                db.put(prefix + b"-%05d" % i, b"secret-" + prefix + b"-%05d" % i)
+        _crash_after(sim, body)
+        monkeypatch.undo()
+    run("python", b"a", 0)
+    run("c", b"b", 3000)
+    run("python", b"c", 6000)
     with pagestore.open("/s", fs=sim, encryption_key=KEY, **OPTS) as db:
-        assert db.recovery["records_replayed"] >= 3000
-        assert len(db) == 6000 and db[b"a-02999"] == b"secret-a-02999" and db[b"b-00000"] == b"secret-b-00000"
-        heads = [decode_segment_header(sim.open(f"/s/wal/{n}").pread(BLOCK, 0))
-                 for n in sim.listdir("/s/wal") if n.endswith(".wal")]
-        assert SEALED_RECORDS in {h.flags for h in heads if h is not None}
+        assert len(db) == 9000 and db[b"a-02999"] == b"secret-a-02999" and db[b"c-00000"] == b"secret-c-00000"
+    for n in sim.listdir("/s/wal"):
+        raw = sim.open(f"/s/wal/{n}").pread(1 << 20, 0)
+        assert b"secret-" not in raw, n
+        h = decode_segment_header(raw)
+        assert h is None or h.flags == SEALED_RECORDS
+
+
+def test_a_block_sealed_segment_of_an_earlier_version_is_refused_naming_it(tmp_path):
+    """Header flag 1 (4 KiB blocks sealed at publish) is no longer read: opening
+    such a store raises CorruptionError naming the segment, and changes nothing."""
+    path = tmp_path / "s"
+    write_and_kill(path, 'db.put(b"k", b"v")')
+    seg = segments(path)[0]
+    raw = bytearray(seg.read_bytes())
+    struct.pack_into("<H", raw, 10, 1)
+    struct.pack_into("<I", raw, 40, crc32c(bytes(raw[:40])))
+    seg.write_bytes(bytes(raw))
+    with pytest.raises(pagestore.CorruptionError) as e:
+        pagestore.open(path, encryption_key=KEY, **OPTS)
+    assert e.value.path == str(seg) and "4 KiB blocks" in str(e.value)
+    assert seg.read_bytes() == bytes(raw)
+    from pagestore.cipher import Cipher
+    from pagestore.verify import verify
+    rep = verify(str(path), cipher=Cipher.from_option(KEY))     # verify reports it as a fault
+    assert not rep["ok"] and any(f["file"] == str(seg) and "4 KiB blocks" in f["message"]
+                                 for f in rep["faults"]), rep["faults"]

@@ -11,6 +11,7 @@ import re
 import pytest
 
 import pagestore
+from pagestore.database import engine_of
 
 MiB = 1 << 20
 VALUE = bytes(range(100)) * 2
@@ -41,9 +42,9 @@ def test_written_wal_ranges_leave_the_mapping_only_when_unmapping(tmp_path, unma
     db = pagestore.open(str(tmp_path / "db"), memory_size=64 * MiB, wal_segment_size=16 * MiB,
                         checkpoint_interval=3600)
     try:
-        if not db._wal.shared_mapping:
+        if not engine_of(db).wal.shared_mapping:
             pytest.fail("the posix store is expected to write its WAL through a shared mapping")
-        db._core.wal_set_unmap(unmap)
+        engine_of(db).core.wal_set_unmap(unmap)
         _fill(db, 40_000)                        # ~9 MiB of records in the first segment
         rss = _wal_rss(str(tmp_path / "db"))
         top = max(rss.values())
@@ -60,9 +61,8 @@ def test_unmapped_wal_is_replayed_intact_after_segment_switches(tmp_path):
     db = pagestore.open(path, memory_size=64 * MiB, wal_segment_size=4 * MiB, checkpoint_interval=3600)
     _fill(db, 60_000)                            # ~13 MiB: segment switches and unmapped steps
     # no checkpoint and no clean close: the reopen must replay every record from the WAL
-    db._wal.flush()
-    db._closed = True                            # abandon the handle as a crash would
-    db._teardown()
+    engine_of(db).wal.flush()
+    db._abandon()                                # drop the handle as a crash would
     db = pagestore.open(path, memory_size=64 * MiB, wal_segment_size=4 * MiB, checkpoint_interval=3600)
     try:
         assert db.recovery["records_replayed"] >= 60_000

@@ -12,7 +12,7 @@ second checkpoint runs and is crashed too: recovery must work again.
 
 import pytest
 
-from pagestore.checkpoint.testing import Harness, page_ok
+from tests.support.checkpoint_fakes import Harness, page_ok, seal
 from pagestore.diskio import CRASH_POINTS
 from pagestore.recovery import recover
 
@@ -50,7 +50,7 @@ def _setup(mode, seed, compression="skip_garbage"):
 
 
 def _recover_and_check(h, seed, expected=None):
-    r = recover(h.fs, "/db", h.sink, page_size=PS, wal_records=h.wal_records)
+    r = recover(h.fs, "/db", h.sink, page_size=PS, wal_records=h.wal_records, seal_page=seal)
     disk = h.disk()
     assert r.checkpoint_id in h.images, r
     want = h.images[r.checkpoint_id]
@@ -119,7 +119,7 @@ def test_crash_during_recovery_and_during_the_next_checkpoint_recovers_again(mod
         # crash recovery itself at some I/O op, lose power, recover again
         h.fs.arm_io(1 + seed % 7)
         try:
-            recover(h.fs, "/db", h.sink, page_size=PS, wal_records=h.wal_records)
+            recover(h.fs, "/db", h.sink, page_size=PS, wal_records=h.wal_records, seal_page=seal)
         except BaseException as exc:  # noqa: BLE001 - SimulatedCrash is the expected outcome
             assert type(exc).__name__ == "SimulatedCrash"
         h.fs.disarm()

@@ -1,7 +1,6 @@
 """Encrypted recovery files: sealed records restore exactly, and nothing else opens."""
 
 import os
-import random
 import struct
 
 import pytest
@@ -10,7 +9,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pagestore.checkpoint.format import RECORD_HEADER, RecoveryFileCorrupt, record_crc
 from pagestore.checkpoint.markers import scan
-from pagestore.checkpoint.testing import Harness
+from tests.support.checkpoint_fakes import Harness
 from pagestore.recovery import recover
 
 PS = 4096
@@ -22,7 +21,9 @@ class AuthError(Exception):
 
 
 class GcmCipher:
-    """The record half of pagestore.cipher.Cipher's interface (seal / open)."""
+    """The record half of pagestore.cipher.Cipher's interface (seal / open, no bulk sealing in C)."""
+
+    bulk = False
 
     def __init__(self, key: bytes):
         self.aes = AESGCM(key)

@@ -11,9 +11,10 @@ from pagestore.checkpoint import Checkpointer
 from pagestore.checkpoint.compression import PageCodec
 from pagestore.checkpoint.format import START, MarkerCorrupt, RecoveryFileCorrupt, marker_name
 from pagestore.checkpoint.markers import scan
-from pagestore.checkpoint.testing import FakePageSource, FakeWal, FileSink, make_page, page_ok, seal
+from tests.support.checkpoint_fakes import FakePageSource, FakeWal, FileSink, make_page, page_ok, seal
 from pagestore.recovery import PageRecordsInvalid, RecoveryError, recover
 from pagestore.checkpoint.pagerecords import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, pack_page_delta, pack_page_snapshot
+from pagestore.diskio.layout import recovery_file_name
 
 PS = 4096
 N = 64
@@ -45,8 +46,7 @@ class Store:
 
     def checkpoint(self, crash_at=None, hit=1):
         cid = self.cp._next_id
-        images = {i: bytes(p) for i, p in self.src.pages.items()}
-        self.images[cid] = images
+        self.images[cid] = self.src.images_after(cid)
         if crash_at is None:
             return self.cp.checkpoint()
         self.fs.arm(crash_at, hit)
@@ -150,16 +150,16 @@ def test_damaged_recovery_file_raises_a_typed_error_naming_the_file(damage, reas
 
 def test_missing_recovery_file_raises_naming_it():
     s = _interrupted()
-    s.fs.remove(s.path("0000000000000001-RECOVERY-000.bin"))
+    s.fs.remove(s.path(recovery_file_name(1, 0)))
     with pytest.raises(RecoveryFileCorrupt, match="missing") as e:
         s.recover()
-    assert e.value.path.endswith("0000000000000001-RECOVERY-000.bin")
+    assert e.value.path.endswith(recovery_file_name(1, 0))
 
 
 def test_recovery_file_with_another_checkpoints_header_is_refused():
     s = _interrupted()
-    other = s.fs.open(s.path("0000000000000001-RECOVERY-000.bin")).pread(32, 0)
-    _damage(s, "0000000000000001-RECOVERY-001.bin", lambda d: bytearray(other) + d[32:])
+    other = s.fs.open(s.path(recovery_file_name(1, 0))).pread(32, 0)
+    _damage(s, recovery_file_name(1, 1), lambda d: bytearray(other) + d[32:])
     with pytest.raises(RecoveryFileCorrupt, match="writer"):
         s.recover()
 

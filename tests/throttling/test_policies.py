@@ -343,3 +343,14 @@ def test_every_policy_parks_a_finite_non_negative_time(seq):
                 assert park <= p.max_park
             if name == "fill_rate":
                 assert park <= 1.0 + 1e-9
+
+
+def test_every_policy_declares_what_the_policy_protocol_asks():
+    # The store reads name and check_interval directly (no probing), so a
+    # policy that forgot one would fail at open, not fall back silently.
+    from pagestore.throttling import POLICIES, Policy, make_policy
+    for name in POLICIES:
+        policy = make_policy(name)
+        declared = {n for n in Policy.__annotations__} | {"park_seconds"}
+        assert all(hasattr(type(policy), n) for n in declared), name
+        assert policy.name == name and isinstance(policy.check_interval, float)

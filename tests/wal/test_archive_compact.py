@@ -11,6 +11,7 @@ from pagestore.diskio import SimFS
 from pagestore.wal import Archive, CompactedFile, iter_archive
 from pagestore.wal.compact import compact, list_archive, read_file
 from pagestore.wal.format import CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT
+from pagestore.diskio import layout
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_archive_kit import SEG, as_tuples, kinds, make_archive, write_file  # noqa: E402
@@ -117,7 +118,7 @@ def test_compacting_again_adds_files_and_the_chain_crosses_them():
     log = make_archive(fs, A, 10, skip=range(5, 10))
     compact(A, 1 << 20, fs=fs)
     for seq in range(5, 8):
-        write_file(fs, f"{A}/seg-{seq:016d}.wal", log.segs[seq])
+        write_file(fs, f"{A}/{layout.archive_name(seq)}", log.segs[seq])
     fs.fsync_dir(A)
     assert kinds(fs, A) == ["walc", "wal", "wal", "wal"]
     assert read_all(fs)[0] == log.logical(hi=8 * SEG)       # compacted, then plain
@@ -131,7 +132,7 @@ def test_compacting_again_adds_files_and_the_chain_crosses_them():
 def test_archive_bound_counts_compacted_files_oldest_first():
     fs = SimFS()
     log = make_archive(fs, A + "-src", 16)
-    src = f"{A}-src/seg-{{:016d}}.wal".format
+    src = lambda seq: f"{A}-src/{layout.archive_name(seq)}"
     arch = Archive(fs, A, 6 * SEG, compact_after=0)
     for seq in range(8):
         arch.add(seq, src(seq))
@@ -166,7 +167,7 @@ def test_a_round_whose_source_the_bound_removed_is_abandoned(monkeypatch):
 
     def racing_finish(self, *args):                      # the bound runs while the round is written
         out = finish(self, *args)
-        fs.remove(f"{A}/seg-{0:016d}.wal")
+        fs.remove(f"{A}/{layout.archive_name(0)}")
         return out
 
     monkeypatch.setattr(wc._Writer, "finish", racing_finish)

@@ -15,6 +15,7 @@ from pagestore.wal.compact import KEPT, list_archive
 from pagestore.wal.format import BLOCK, CHECKPOINT, PAGE_DELTA, PAGE_SNAPSHOT, StreamWriter, encode_record, \
     payload_checkpoint, payload_commit, payload_delete, payload_put, payload_rollback
 from pagestore.wal.format import COMMIT, DELETE, PUT, ROLLBACK
+from pagestore.diskio import layout
 
 SEG = 64 * 1024
 
@@ -89,7 +90,7 @@ def make_archive(fs, archive_dir: str, nseg: int, *, seed: int = 1, segment_size
     fs.makedirs(archive_dir)
     for seq in range(nseg):
         if seq not in skip:
-            write_file(fs, f"{archive_dir}/seg-{seq:016d}.wal", log.segs[seq])
+            write_file(fs, f"{archive_dir}/{layout.archive_name(seq)}", log.segs[seq])
     fs.fsync_dir(archive_dir)
     return log
 

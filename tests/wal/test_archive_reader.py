@@ -8,6 +8,7 @@ import sys
 from pagestore.diskio import SimFS
 from pagestore.wal import iter_archive, wal_end
 from pagestore.wal.compact import compact, list_archive, read_file
+from pagestore.diskio import layout
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_archive_kit import SEG, as_tuples, make_archive, write_file  # noqa: E402
@@ -65,7 +66,7 @@ def test_plain_copies_are_preferred_where_both_exist():
     data[200] ^= 1                                # the compacted file is damaged...
     write_file(fs, path, data)
     for seq in range(4):                          # ...but its sources are still there
-        write_file(fs, f"{A}/seg-{seq:016d}.wal", log.segs[seq])
+        write_file(fs, f"{A}/{layout.archive_name(seq)}", log.segs[seq])
     recs, rep = read(fs)
     assert recs == log.logical(hi=4 * SEG) and rep["stop"] == "end"
     st = compact(A, 1 << 20, fs=fs)               # a damaged file does not cover its sources: kept
@@ -77,7 +78,7 @@ def test_a_partial_source_removal_resumes_inside_the_compacted_file():
     log = make_archive(fs, A, 6)
     compact(A, 1 << 20, fs=fs)
     for seq in (0, 2, 4):                         # a crash removed only some of the sources
-        write_file(fs, f"{A}/seg-{seq:016d}.wal", log.segs[seq])
+        write_file(fs, f"{A}/{layout.archive_name(seq)}", log.segs[seq])
     assert [p[2] for p in list_archive(fs, A)] == ["wal", "walc", "wal", "wal"]
     assert read(fs)[0] == log.logical(hi=6 * SEG)
 
@@ -87,7 +88,7 @@ def test_a_damaged_plain_segment_is_a_gap():
     log = make_archive(fs, A, 5)
     seg = bytearray(log.segs[2])
     seg[3 * 4096 + 100] ^= 0xFF                   # inside a record of segment 2
-    write_file(fs, f"{A}/seg-{2:016d}.wal", seg)
+    write_file(fs, f"{A}/{layout.archive_name(2)}", seg)
     recs, rep = read(fs)
     assert rep["stop"] == "gap"
     assert recs == log.logical()[:len(recs)] and 2 * SEG < recs[-1][0] < 3 * SEG
@@ -99,7 +100,7 @@ def test_the_live_wal_continues_the_archive_and_wal_end_finds_a_logs_end():
     compact(A, SEG, fs=fs)
     fs.makedirs("/db/wal")
     for slot, seq in enumerate((5, 6, 7, 3)):        # live slots; slot 2 holds a stale older segment
-        write_file(fs, f"/db/wal/seg-{slot:08d}.wal", log.segs[seq])
+        write_file(fs, f"/db/wal/{layout.slot_name(slot)}", log.segs[seq])
     recs, rep = read(fs, 0, wal_dir="/db/wal")
     assert recs == log.logical() and rep["end_lsn"] == log.records[-1][1]
     assert wal_end(fs, "/db/wal") == log.records[-1][1]

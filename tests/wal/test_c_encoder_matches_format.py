@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import Harness  # noqa: E402
 
 from pagestore import _native as native  # noqa: E402
+from pagestore.diskio import layout
 
 S = 1 << 20  # the C core's smallest segment
 
@@ -45,7 +46,7 @@ def read_back(bufs):
     fs = SimFS()
     fs.makedirs("/db/wal")
     for seq, buf in bufs.items():
-        f = fs.open(f"/db/wal/seg-{seq:08d}.wal", create=True)
+        f = fs.open("/db/wal/" + layout.slot_name(seq), create=True)
         f.pwrite(bytes(buf), 0)
         f.fsync()
         f.close()

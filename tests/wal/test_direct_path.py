@@ -9,6 +9,7 @@ import pytest
 
 from pagestore.diskio import PosixFS, SimFS, SimulatedCrash
 from pagestore.wal import Wal
+from pagestore.diskio import layout
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_modes import run_threads  # noqa: E402
@@ -31,7 +32,7 @@ def test_fsync_mode_writes_an_anonymous_buffer_with_pwrite(tmp_path, make_fs):
     buf = h.writer.buffer
     assert isinstance(buf, memoryview) and isinstance(buf.obj, mmap.mmap)
     assert h.wal.stats()["wal_write_path"] == "pwrite"
-    seg = os.path.join(d, "seg-00000000.wal")
+    seg = os.path.join(d, layout.slot_name(0))
     lsn, end = h.writer.put(b"key", b"not yet in the file")
     # Not a file mapping: the record is in the buffer, not in the file, until commit.
     assert bytes(buf[lsn:end]) != file_bytes(fs, seg, end - lsn, lsn)

@@ -1,4 +1,5 @@
-"""Encrypted WAL segments (wal/sealed.py): no plaintext on disk, the right key
+"""Encrypted WAL segments (wal/recseal.py), sealed here by the Python sealer the
+store falls back to without libcrypto: no plaintext on disk, the right key
 replays everything, a wrong or missing key is a typed error naming the file,
 a changed byte or a torn write never replays garbage and loses nothing synced."""
 
@@ -10,6 +11,7 @@ import struct
 import sys
 
 import pytest
+from crc32c import crc32c
 
 from pagestore.diskio import SimFS
 from pagestore.cipher import Cipher, add_key
@@ -17,7 +19,7 @@ from pagestore.errors import EncryptionError
 from pagestore.wal import WalRecoveryWarning, iter_archive
 from pagestore.wal.compact import compact, list_archive, read_file
 from pagestore.wal.format import BLOCK, decode_segment_header
-from pagestore.wal.sealed import SEALED, SEALED_BLOCK, NoKeyError, physical_offset, physical_size, tail_offset
+from pagestore.wal.recseal import SEALED_RECORDS, NoKeyError
 
 sys.path.insert(0, os.path.dirname(__file__))
 from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402
@@ -67,8 +69,8 @@ def test_sealed_segment_files_hold_no_plaintext_and_the_plain_ones_do():
             assert not any(raw), path                # the spare slot, never written
             continue
         assert MARK not in raw and b"key-00" not in raw, path
-        assert len(raw) == physical_size(SMALL)
-        assert decode_segment_header(raw).flags == SEALED
+        assert len(raw) == SMALL
+        assert decode_segment_header(raw).flags == SEALED_RECORDS
 
 
 def test_reopen_with_the_right_key_replays_every_record():
@@ -123,28 +125,32 @@ def _key(keyfile, kid):
     return load_key_file(keyfile)[0][kid]
 
 
-def test_changed_byte_in_a_middle_block_stops_replay_there_with_a_warning():
+def test_a_changed_ciphertext_byte_under_a_valid_crc_fails_authentication_and_stops_replay():
     fs = SimFS()
     written = write(fs)
     recs = recover(fs)
     segs = by_seq(fs)
     seq = sorted(segs)[1]
-    k = 5                                            # a complete block of a middle segment
-    blk_lsn = seq * SMALL + k * BLOCK
+    # a record inside one block, so its stored bytes are contiguous in the file
+    victim = next(r for r in recs if r.lsn // SMALL == seq and r.lsn % SMALL > 5 * BLOCK
+                  and r.lsn % BLOCK + len(r.raw) + 16 <= BLOCK)
+    o = victim.lsn % SMALL
     f = fs.open(segs[seq])
-    at = physical_offset(k) + 700
-    f.pwrite(bytes([f.pread(1, at)[0] ^ 0x20]), at)
+    length = struct.unpack_from("<I", f.pread(8, o), 4)[0]
+    stored = bytearray(f.pread(length, o))
+    stored[17 + 3] ^= 0x20                           # a sealed payload byte
+    struct.pack_into("<I", stored, 0, crc32c(bytes(stored[4:])))   # the crc holds: only the tag can tell
+    f.pwrite(bytes(stored), o)
     f.fsync()
     f.close()
     h = Harness(fs, cipher=C)
     with pytest.warns(WalRecoveryWarning) as caught:
         got = h.recover(0, quiet=False)
-    expected = [r for r in recs if r.end_lsn <= blk_lsn]
+    expected = [r for r in recs if r.end_lsn <= victim.lsn]
     assert 0 < len(expected) < len(written)
     assert kv(got) == kv(expected)                   # a prefix: nothing after the damage, no garbage
     msgs = [str(w.message) for w in caught]
-    assert any(segs[seq] in m and f"sealed block {k} (offset {k * BLOCK})" in m
-               and "does not authenticate" in m for m in msgs), msgs
+    assert any(segs[seq] in m and "does not authenticate" in m for m in msgs), msgs
 
 
 def test_torn_rewrite_of_the_last_block_loses_nothing_synced():
@@ -167,30 +173,6 @@ def test_torn_rewrite_of_the_last_block_loses_nothing_synced():
     assert torn > 0                                  # the crash model did damage some rewrites
 
 
-def test_a_damaged_newest_tail_copy_falls_back_to_the_previous_one():
-    fs = SimFS()
-    h = open_fresh(fs, mode="log_only", cipher=C)
-    written = [(b"k%03d" % i, b"v" * 100) for i in range(6)]   # all in block 1, partial
-    for k, v in written:
-        h.put(k, v)
-        h.wal.flush()                                # each version durable: the slots alternate
-    h.wal.close()
-    path = by_seq(fs)[0]
-    raw = read_file(fs, path)
-    assert [raw[tail_offset(SMALL, t) + BLOCK + 1] for t in (0, 1)] == [1, 1]   # both copy block 1
-    lengths = []
-    for t in (0, 1):
-        damaged = fs.clone()
-        f = damaged.open(path)
-        f.pwrite(os.urandom(512), tail_offset(SMALL, t) + 1024)
-        f.fsync()
-        f.close()
-        got = kv(recover(damaged))
-        assert got == written[:len(got)]
-        lengths.append(len(got))
-    assert sorted(lengths) == [5, 6]                 # the newest copy lost: the one before it is used
-
-
 def test_plain_segments_are_still_read_by_an_encrypted_wal_and_new_ones_are_sealed():
     fs = SimFS()
     first = write(fs, 40, cipher=None)
@@ -202,7 +184,7 @@ def test_plain_segments_are_still_read_by_an_encrypted_wal_and_new_ones_are_seal
         h.put(k, v)
     h.wal.close()
     flags = {decode_segment_header(raw).flags for raw in files(fs).values() if decode_segment_header(raw)}
-    assert flags == {0, SEALED}
+    assert flags == {0, SEALED_RECORDS}
     assert kv(recover(fs)) == first + second
 
 
@@ -223,7 +205,7 @@ def test_reused_plain_slot_is_zeroed_before_it_holds_a_sealed_segment():
         h.put(b"n%04d" % i, b"x" * 20000)
     h.wal.close()
     reused = {p for p, raw in files(fs).items() if p in plain_slots and decode_segment_header(raw)
-              and decode_segment_header(raw).flags == SEALED}
+              and decode_segment_header(raw).flags == SEALED_RECORDS}
     assert reused
     for path in reused:                              # the plain records it held are gone
         assert MARK not in read_file(fs, path), path

@@ -2,7 +2,9 @@
 
 `Harness` plays the part of the C core: it owns a StreamWriter attached to
 the segment `Wal.start` returns and reports the writer's end LSN to the Wal,
-exactly the way `pagestore` wires the C encoder.
+exactly the way `pagestore` wires the C encoder. With a cipher it plays a
+core without libcrypto: the writer reserves each record's tag and the Wal
+seals the records in Python (sealer="python", wal/recseal.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ class Harness:
         self.fs = fs
         self.segment_size = segment_size
         self.writer = None
+        if kw.get("cipher") is not None:
+            kw.setdefault("sealer", "python")       # the StreamWriter cannot seal: the Wal does
         self.wal = Wal(fs, dirpath, mode=mode, segment_size=segment_size, end_lsn=self.end_lsn, **kw)
 
     def end_lsn(self) -> int:
@@ -35,7 +39,8 @@ class Harness:
         stop = report.stop_lsn if report is not None else 0
         buf, size, seq, off, prev, write_header = self.wal.start(stop)
         assert size == self.segment_size and write_header is False
-        self.writer = StreamWriter(size, buf, seq, off, prev, self.wal.segment_for, write_header=False)
+        self.writer = StreamWriter(size, buf, seq, off, prev, self.wal.segment_for, write_header=False,
+                                   reserve_tags=self.wal.sealer == "python")
         return self
 
     def put(self, key: bytes, value: bytes, txid: int = 0, commit: bool = True) -> int:

@@ -1,0 +1,37 @@
+"""Bindings of the C entry points only tests call (csrc/ps_test.h).
+
+They are compiled into the same extension as the product API but declared
+apart, so csrc/ps_api.h is the product surface; nothing in the library
+imports this module.
+"""
+
+from __future__ import annotations
+
+from . import PS_OK, ffi, lib
+
+__all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "page_image"]
+
+
+def crc32c(data, crc: int = 0) -> int:
+    """CRC32C of data (hardware when available), chained from crc: the core's own CRC."""
+    with ffi.from_buffer(data) as buf:
+        return lib.ps_crc32c(crc, buf, len(buf))
+
+
+def crc32c_software(data, crc: int = 0) -> int:
+    """CRC32C of data through the table version, chained from crc."""
+    with ffi.from_buffer(data) as buf:
+        return lib.ps_crc32c_sw(crc, buf, len(buf))
+
+
+def crc32c_hardware_available() -> bool:
+    """True when the CPU computes CRC32C (SSE4.2)."""
+    return bool(lib.ps_crc32c_hw_available())
+
+
+def page_image(core, page_id: int):
+    """The page `page_id` of `core` (a `Core`) as it is in page memory (crc
+    field 0), or None if it is not resident."""
+    out = bytearray(core.page_size)
+    rc = lib.ps_read_live_page(core.pointer, page_id, ffi.from_buffer(out))
+    return bytes(out) if rc == PS_OK else None

@@ -1,0 +1,52 @@
+/* The core's side of the read path's function table (ps_fastget.h): point
+ * gets for a caller that holds the GIL (pagestore._fastget). Such a caller
+ * must never wait for the tree lock: a writer holding it may itself wait
+ * for the GIL inside a callback into Python, and neither would move again.
+ * So the lock is only tried, and a page miss is handed back, not loaded. */
+#include "ps_internal.h"
+#include "ps_fastget.h"
+#include "ps_fasttable.h"
+
+/* Few: the GIL is held while spinning, and a busy lock is served just as
+ * well by the ordinary path, which waits with the GIL released. */
+#define FAST_LOCK_SPINS 16
+
+static int fast_read_begin(ps_core *c) {
+    /* a writer spinning for the lock goes first (as core_rdlock lets it) */
+    if (__atomic_load_n(&c->wr_intent, __ATOMIC_ACQUIRE)) return PS_FAST_SLOW;
+    for (int i = 0; i < FAST_LOCK_SPINS; i++) {
+        if (pthread_rwlock_tryrdlock(&c->lock) == 0) {
+            if (c->closed) {                     /* no page memory behind it any more */
+                pthread_rwlock_unlock(&c->lock);
+                return PS_FAST_SLOW;
+            }
+            return 0;
+        }
+        ps_cpu_relax();
+    }
+    return PS_FAST_SLOW;
+}
+
+static void fast_read_end(ps_core *c) {
+    pthread_rwlock_unlock(&c->lock);
+}
+
+static int64_t fast_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap) {
+    if (klen > PS_MAX_KEY) return PS_FAST_SLOW;          /* the ordinary path names the error */
+    if (klen > c->max_key) return PS_FAST_ABSENT;        /* longer than any key a put accepts */
+    int64_t r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
+    if (r >= 0) return r;
+    return r == PS_E_NOT_FOUND ? PS_FAST_ABSENT : PS_FAST_SLOW;
+}
+
+static const ps_fast_table table = {
+    .magic = PS_FAST_MAGIC,
+    .version = PS_FAST_VERSION,
+    .size = sizeof(ps_fast_table),
+    .reserved = 0,
+    .read_begin = fast_read_begin,
+    .read_end = fast_read_end,
+    .get = fast_get,
+};
+
+const void *ps_fastget_table(void) { return &table; }

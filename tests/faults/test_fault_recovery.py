@@ -1,0 +1,92 @@
+"""After an I/O failure the store recovers what it can by itself: a failed
+checkpoint is retried (the checkpointer never wedges), a segment that could
+not be made leaves no file behind, and close() releases every descriptor and
+mapping in every WAL mode."""
+
+import errno
+import gc
+import os
+
+import pytest
+
+import pagestore
+from pagestore.diskio import SimFS
+from pagestore.diskio.errors import DiskIOError as LayerDiskIOError
+from pagestore.wal.segments import Segments
+
+OPTS = dict(memory_size=1 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600,
+            checkpoint_threads=1, checkpoint_buffer_size=64 * 4096)
+
+
+def test_a_checkpoint_that_failed_for_space_is_retried_and_the_store_goes_on():
+    # find an I/O of the checkpoint that is not the log's: the store stays OPEN
+    for n in range(1, 60):
+        sim = SimFS()
+        db = pagestore.open("/s", fs=sim, wal_mode="fsync", **OPTS)
+        for i in range(200):
+            db.put(b"k%04d" % i, b"v%d" % i)
+        sim.arm_fault(n, errno.ENOSPC)
+        try:
+            db.checkpoint()
+        except pagestore.DiskFullError as e:
+            if db.state is pagestore.database.State.OPEN:
+                assert e.path and e.operation == "checkpoint"
+                break
+        db.close()
+    else:
+        pytest.fail("no checkpoint I/O failed without failing the log")
+    assert db.stats()["checkpoint_failures"] == 1
+    db.put(b"after", b"the failure")                      # writes go on
+    stats = db.checkpoint()                                # and the next checkpoint works
+    assert stats["pages"] > 0 and db.stats()["checkpoint_error"] is None
+    db.close()
+    sim.crash(mode="keep")
+    with pagestore.open("/s", fs=sim, wal_mode="fsync", **OPTS) as db:
+        assert db[b"after"] == b"the failure" and db[b"k0199"] == b"v199" and len(db) == 201
+
+
+def test_a_segment_that_could_not_be_made_leaves_no_file_and_no_gap_in_the_numbers():
+    sim = SimFS()
+    segs = Segments(sim, "/w", 1 << 20, write_path="pwrite")
+    sim.arm_fault(1, errno.ENOSPC, persistent=True)
+    for _ in range(20):
+        with pytest.raises(LayerDiskIOError):
+            segs.acquire(0)
+    assert sim.listdir("/w") == []
+    sim.clear_fault()
+    segs.acquire(0)
+    segs.close()                  # waits for the spare prepared after it
+    assert sorted(sim.listdir("/w"))[0] == "seg-00000000.wal"
+    assert set(sim.listdir("/w")) <= {"seg-00000000.wal", "seg-00000001.wal"}
+
+
+def _held(path: str) -> tuple:
+    gc.collect()
+    fds = sum(1 for fd in os.listdir("/proc/self/fd")
+              if os.path.realpath(f"/proc/self/fd/{fd}").startswith(path))
+    maps = sum(1 for line in open("/proc/self/maps") if path in line)
+    return fds, maps
+
+
+@pytest.mark.parametrize("mode", ["log_only", "background", "fsync"])
+def test_close_releases_every_descriptor_and_mapping(tmp_path, mode):
+    path = str(tmp_path / "s")
+    for _ in range(5):
+        db = pagestore.open(path, wal_mode=mode, memory_size=4 << 20, wal_segment_size=1 << 20)
+        for j in range(400):                  # past the first segment: a spare is prepared
+            db.put(b"k%d" % j, os.urandom(3000))
+        db.close()
+    assert _held(path) == (0, 0)
+
+
+def test_a_store_whose_checkpoint_markers_were_removed_refuses_to_open_naming_cp():
+    sim = SimFS()
+    with pagestore.open("/s", fs=sim, **OPTS) as db:
+        for i in range(300):
+            db.put(b"k%04d" % i, b"v" * 500)
+        db.checkpoint()
+    for name in sim.listdir("/s/cp"):
+        sim.remove("/s/cp/" + name)
+    with pytest.raises(pagestore.CorruptionError) as info:
+        pagestore.open("/s", fs=sim, **OPTS)
+    assert info.value.path == "/s/cp" and "checkpoint" in str(info.value)

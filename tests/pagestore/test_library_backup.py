@@ -1,0 +1,110 @@
+"""db.backup(dest) / `python -m pagestore backup`: hot, one moment of the store, opens and verifies."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import pagestore
+
+SMALL = dict(memory_size=32 << 20)
+KEYS = 400
+
+
+def verify_cli(path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pagestore", "verify", str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def op(i):
+    """The writer's i-th operation: puts over a small key space, a delete every 7th."""
+    if i % 7 == 6:
+        return ("delete", b"k%04d" % ((i * 3) % KEYS), None)
+    return ("put", b"k%04d" % (i % KEYS), b"%08d" % i)
+
+
+def states_from(ops_done_before: int, total: int):
+    """(m, the store after the writer's first m operations) for m >= ops_done_before."""
+    state = {}
+    for i in range(total + 1):
+        if i >= ops_done_before:
+            yield i, state
+        if i == total:
+            return
+        kind, k, v = op(i)
+        if kind == "put":
+            state[k] = v
+        else:
+            state.pop(k, None)
+
+
+def test_a_backup_taken_while_a_writer_runs_is_one_prefix_of_its_sequence_and_holds_every_acked_op(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "backup"
+    db = pagestore.open(src, wal_mode="log_only", **SMALL)
+    done, stop = [0], threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set() or i < 3000:
+            kind, k, v = op(i)
+            db.put(k, v) if kind == "put" else db.delete(k)
+            i += 1
+            done[0] = i                      # acknowledged: the call returned
+    t = threading.Thread(target=writer)
+    t.start()
+    while done[0] < 1500:
+        pass
+    acked = done[0]
+    info = db.backup(dest)
+    stop.set()
+    t.join()
+    total = done[0]
+    db.close()
+    assert total > acked
+    with pagestore.open(dest, create=False, **SMALL) as copy:
+        got = dict(copy.scan())
+    assert info["keys"] == len(got)
+    prefixes = [m for m, state in states_from(acked, total) if state == got]
+    assert prefixes, f"the backup is no prefix of the writer's sequence from op {acked} on ({total} ops)"
+    r = verify_cli(dest)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_backup_command_copies_a_closed_store_and_the_copy_verifies(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "copy"
+    with pagestore.open(src, **SMALL) as db:
+        db.put_many((b"k%05d" % i, b"v" * 300) for i in range(3000))
+        for i in range(0, 3000, 2):
+            del db[b"k%05d" % i]
+    r = subprocess.run([sys.executable, "-m", "pagestore", "backup", str(src), str(dest)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert verify_cli(dest).returncode == 0
+    with pagestore.open(dest, read_only=True, **SMALL) as copy, pagestore.open(src, read_only=True, **SMALL) as orig:
+        assert list(copy.scan()) == list(orig.scan()) and len(copy) == 1500
+
+
+def test_a_backup_refuses_a_destination_that_is_not_empty_and_leaves_it_as_it_was(tmp_path):
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "mine.txt").write_text("keep me")
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        with pytest.raises(pagestore.Error):
+            db.backup(tmp_path / "dest")
+        with pytest.raises(pagestore.Error):
+            db.backup(tmp_path / "src" / "inside")
+    assert os.listdir(tmp_path / "dest") == ["mine.txt"]
+    assert not (tmp_path / "src" / "inside").exists()
+
+
+def test_a_backup_of_an_encrypted_store_needs_its_key(tmp_path):
+    key = bytes(range(32))
+    with pagestore.open(tmp_path / "src", encryption_key=key, **SMALL) as db:
+        db.put_many((b"k%03d" % i, b"secret") for i in range(100))
+        db.backup(tmp_path / "copy")
+    with pagestore.open(tmp_path / "copy", encryption_key=key, **SMALL) as copy:
+        assert copy[b"k042"] == b"secret"
+    with pytest.raises(pagestore.EncryptionError):
+        pagestore.open(tmp_path / "copy", **SMALL)

@@ -1,0 +1,192 @@
+"""db.compact() / `python -m pagestore compact`: free space handed back, online, crash-safe."""
+
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import pagestore
+from pagestore.diskio import SimFS, SimulatedCrash
+
+SMALL = dict(memory_size=64 << 20)
+
+
+def disk_blocks(root) -> int:
+    """Bytes of disk blocks of every file under `root` (st_blocks, not apparent size)."""
+    return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, files in os.walk(root) for f in files)
+
+
+def fill_then_delete_90_percent(db, n):
+    for i in range(0, n, 2000):
+        db.put_many((b"k%08d" % j, b"v%08d" % j + b"." * 92) for j in range(i, min(i + 2000, n)))
+    for i in range(n):
+        if i % 10:
+            db.delete(b"k%08d" % i)
+    return {b"k%08d" % i: b"v%08d" % i + b"." * 92 for i in range(0, n, 10)}
+
+
+def test_compact_after_deleting_90_percent_of_200000_keys_halves_the_disk_blocks(tmp_path):
+    path = tmp_path / "s"
+    db = pagestore.open(path, **SMALL)
+    left = fill_then_delete_90_percent(db, 200_000)
+    db.checkpoint()
+    before = disk_blocks(path)
+    st = db.stats()
+    assert st["disk_bytes"] == before
+    info = db.compact()
+    after = disk_blocks(path)
+    assert after <= 0.5 * before, f"{before:,} -> {after:,} bytes of blocks"
+    assert info["disk_bytes_before"] == before
+    assert db.stats()["page_file_bytes"] < st["page_file_bytes"] / 5
+    assert dict(db.scan()) == left
+    assert all(db[k] == v for k, v in left.items())
+    db.close()
+    with pagestore.open(path, **SMALL) as db:
+        assert dict(db.scan()) == left
+    assert subprocess.run([sys.executable, "-m", "pagestore", "verify", str(path)],
+                          capture_output=True, timeout=120).returncode == 0
+
+
+def test_compact_runs_while_writers_write_and_loses_none_of_their_acknowledged_writes(tmp_path):
+    path = tmp_path / "s"
+    db = pagestore.open(path, **SMALL)
+    left = fill_then_delete_90_percent(db, 20_000)
+    acked, errors, stop = {}, [], threading.Event()
+
+    def writer(w):
+        i = 0
+        try:
+            while not stop.is_set() or i < 200:
+                k, v = b"w%d-%06d" % (w, i), b"%d" % i
+                db.put(k, v)
+                acked[k] = v
+                if i % 5 == 4:
+                    assert db.get(b"w%d-%06d" % (w, i - 2)) == b"%d" % (i - 2)
+                i += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    info = db.compact()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert info["paused_seconds"] < info["seconds"]
+    want = {**left, **acked}
+    assert dict(db.scan()) == want
+    db.close()
+    with pagestore.open(path, **SMALL) as db:
+        assert dict(db.scan()) == want
+
+
+def test_the_compact_command_shrinks_a_closed_store(tmp_path):
+    path = tmp_path / "s"
+    with pagestore.open(path, **SMALL) as db:
+        left = fill_then_delete_90_percent(db, 30_000)
+    pages_before = os.path.getsize(path / "pages.dat")
+    r = subprocess.run([sys.executable, "-m", "pagestore", "compact", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert os.path.getsize(path / "pages.dat") < pages_before / 4
+    with pagestore.open(path, read_only=True, **SMALL) as db:
+        assert dict(db.scan()) == left
+
+
+def test_stats_show_disk_bytes_live_bytes_and_free_pages(tmp_path):
+    with pagestore.open(tmp_path / "s", **SMALL) as db:
+        db.put_many((b"k%05d" % i, b"v" * 500) for i in range(5000))
+        db.checkpoint()
+        st = db.stats()
+        assert st["disk_bytes"] == disk_blocks(tmp_path / "s")
+        assert st["page_file_bytes"] == os.path.getsize(tmp_path / "s" / "pages.dat")
+        assert 0 < st["live_bytes"] <= st["page_file_bytes"] and st["free_pages"] == 0
+        # emptied pages go to the freelist: a long value's overflow pages
+        db.put_many((b"big%d" % i, b"x" * 60_000) for i in range(20))
+        db.checkpoint()
+        for i in range(20):
+            del db[b"big%d" % i]
+        db.checkpoint()
+        st2 = db.stats()
+        assert st2["free_pages"] > 0
+        assert st2["live_bytes"] + st2["free_pages"] * 4096 == st2["page_file_bytes"]
+
+
+# -- crashes in the middle of compact (the crash simulator) -----------------------------------
+SIM_OPTS = dict(memory_size=16 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600)
+
+
+def sim_store(n=3000):
+    sim = SimFS()
+    db = pagestore.open("/s", fs=sim, **SIM_OPTS)
+    left = fill_then_delete_90_percent(db, n)
+    db.put(b"acked-last", b"1", sync=True)   # durable: a power loss must keep all of it
+    left[b"acked-last"] = b"1"
+    return sim, db, left
+
+
+def crash_compact_and_check(arm, seed):
+    sim, db, left = sim_store()
+    arm(sim)
+    with pytest.raises(SimulatedCrash):
+        db.compact()
+    db._abandon()
+    for mode, rng in (("keep", None), ("random", random.Random(seed))):
+        after = sim.clone()
+        after.crash(rng, mode)
+        with pagestore.open("/s", fs=after, **SIM_OPTS) as db2:
+            assert dict(db2.scan()) == left, mode
+            db2.verify()
+            db2.put(b"more", b"1")
+            db2.compact()                    # a later compaction clears what was left
+            assert dict(db2.scan()) == {**left, b"more": b"1"}
+
+
+@pytest.mark.parametrize("point", ["compact.copy_durable", "compact.page_file_renamed"])
+def test_a_crash_at_a_compaction_crash_point_loses_no_acknowledged_write(point):
+    crash_compact_and_check(lambda sim: sim.arm(point), seed=len(point))
+
+
+def test_a_crash_at_any_io_of_compact_loses_no_acknowledged_write():
+    probe, db, _ = sim_store()
+    start = probe.io_count
+    db.compact()
+    span = probe.io_count - start
+    db.close()
+    assert span > 20
+    for n in sorted({1, 2, span // 3, span // 2, 2 * span // 3, span - 1, span} | set(range(5, span, max(1, span // 12)))):
+        crash_compact_and_check(lambda sim, n=n: sim.arm_io(n), seed=n)
+
+
+RACES = {
+    "_core_put": lambda db: db.put(b"raced", b"1"),
+    "_core_delete": lambda db: db.delete(b"k00000010"),
+    "_core_batch": lambda db: db.put_many([(b"raced", b"1")]),
+}
+
+
+@pytest.mark.parametrize("hook", sorted(RACES))
+def test_a_write_that_reached_the_old_core_as_compact_swapped_it_runs_again_on_the_new_one(tmp_path, hook):
+    db = pagestore.open(tmp_path / "s", **SMALL)
+    left = fill_then_delete_90_percent(db, 5000)
+    old = getattr(db, hook)
+
+    def late(*args):
+        # this call passed the store's checks and holds the old core's function
+        # when compact() swaps the store underneath it
+        db.compact()
+        return old(*args)
+    setattr(db, hook, late)
+    RACES[hook](db)
+    if hook == "_core_delete":
+        del left[b"k00000010"]
+    else:
+        left[b"raced"] = b"1"
+    assert dict(db.scan()) == left
+    db.close()
+    with pagestore.open(tmp_path / "s", **SMALL) as db:
+        assert dict(db.scan()) == left
