@@ -164,7 +164,7 @@ path, encrypted = sys.argv[1], sys.argv[2] == "1"
 key = {"encryption_key": bytes(range(32))} if encrypted else {}
 db = pagestore.open(path, memory_size=4 << 20, checkpoint_interval=0.2,
                     wal_segment_size=1 << 20, **key)
-keys = [b"key-%05d" % i for i in range(6000)]
+keys = [b"key-%05d" % i for i in range(20000)]
 
 def value(k, gen):
     return k + b"/%06d/" % gen + bytes([gen % 251]) * (200 + gen % 700)
@@ -205,7 +205,13 @@ threads = [threading.Thread(target=writer, args=(s,)) for s in (1, 2)] + \\
           [threading.Thread(target=reader, args=(s,)) for s in (3, 4)]
 for t in threads:
     t.start()
+# Run at least 3 s and until writers have missed pages: how soon that happens
+# depends on how the machine schedules the four threads.
 threading.Event().wait(3.0)
+for _ in range(1200):
+    if engine_of(db).signals.page_loads > 0:
+        break
+    threading.Event().wait(0.1)
 stop.set()
 for t in threads:
     t.join()
