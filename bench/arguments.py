@@ -191,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
                    help="pagestore memory_size in the peer comparisons (default 512M)")
     q.add_argument("--value-compressibility", type=fraction, default=None,
                    help="of every generated value, peers' too (default 0.5 as db_bench; 0: random)")
-    q.add_argument("--skip", type=choice_list(("iep", "throttling", "peers", "harness")), default=[])
+    q.add_argument("--skip", type=choice_list(("iep", "throttling", "peers", "outgrowth", "harness")), default=[])
     pe = sub.add_parser("peers", help="pagestore beside LMDB, RocksDB, LevelDB, SQLite: bulk load/get/scan "
                                       "(--what base), a commit per put (commit), durable commits and gets "
                                       "(durable), transactions and snapshot scans against LMDB (txn)")

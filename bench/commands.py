@@ -5,7 +5,8 @@ writes Parquet under ``--results`` and prints rich tables. Exit codes: 0 done,
 ``quick`` (what ``make bench`` runs) is, in order: IEP-113's experiment
 (``bench.experiment``: three scenarios × WAL mode / recovery files / recovery
 files + lz4, in interleaved rounds), the throttling comparison, the peer
-stores, the harness's own cost; then the scenario tables and IEP-113's claims
+stores, data outgrowing page memory beside the peers (``bench.outgrowth``), the
+harness's own cost; then the scenario tables and IEP-113's claims
 with a verdict each (``bench.scenario_table``, ``bench.claims``).
 """
 
@@ -86,6 +87,20 @@ def _peers(a, report: dict, session: str) -> list:
     return summaries
 
 
+def _outgrowth(a, report: dict, session: str) -> None:
+    """Data outgrowing page memory, every store at each ratio (``bench.outgrowth``)."""
+    from bench import outgrowth, outgrowth_table
+    t0 = time.monotonic()
+    with _steps(a.quiet) as bar:
+        task = bar.add_task("data outgrows page memory", total=None)
+        rows = outgrowth.session_run(a.results, session, full=a.full, data_dir=a.data_dir,
+                                     say=lambda line: bar.update(task, description=line.strip()))
+    tbl = outgrowth_table.table(outgrowth_table.per_round(outgrowth.summary_rows(rows, "og", session)))
+    rt.show(outgrowth_table.rich_table(tbl), outgrowth_table.sentence(tbl))
+    report["outgrowth"] = rows
+    report["outgrowth_seconds"] = time.monotonic() - t0
+
+
 def quick(a, p) -> int:
     """IEP-113's experiment, the throttling comparison, the peers; tables and the claims."""
     t0 = time.monotonic()
@@ -108,6 +123,11 @@ def quick(a, p) -> int:
         results += out["results"]
         failures += out["failures"]
     peer_summaries = _peers(a, report, session) if "peers" not in a.skip else []
+    if ok and "outgrowth" not in a.skip:
+        try:
+            _outgrowth(a, report, session)
+        except Exception as e:
+            failures.append(("data outgrows page memory", repr(e)))
     if results:
         frame = st.per_round(*frames(results))
         for scen in experiment.SCENARIOS:

@@ -9,15 +9,19 @@ reads random loaded keys, into each store in turn, and prints each store's
 rate with its ratio to LMDB and RocksDB.
 
     python -m bench.outgrowth                        # 4x and 10x of 64 MiB
-    python -m bench.outgrowth --memory-size 256 --ratios 4
+    python -m bench.outgrowth --memory-size 256 --ratios 4 --rounds 3
     python -m bench.outgrowth --keys 4000000 --memory-size default
 
-Non-durable settings throughout (a write survives a process kill, not a power
-loss): pagestore ``log_only``, LMDB with ``writemap`` and no sync, RocksDB
-(rocksdict) and LevelDB (plyvel) without sync. LMDB reads in one read
-transaction. With ``--results DIR`` every figure is also written as ``summary``
-rows (``scenario`` = ``outgrows-memory``, ``op_style`` = ``load`` / ``get``,
-``setting`` naming the data-to-memory ratio, details in ``config_json``).
+``python -m bench quick`` runs it too (``QUICK``: 1x, 4x and 10x of a 3 MiB
+page memory, three rounds; ``FULL`` with ``--full``). Non-durable settings
+throughout (a write survives a process kill, not a power loss): pagestore
+``log_only``, LMDB with ``writemap`` and no sync, RocksDB (rocksdict) and
+LevelDB (plyvel) without sync. LMDB reads in one read transaction. Rounds run
+every case on every store, the stores' order rotating. With ``--results DIR``
+every figure is also written as ``summary`` rows (``scenario`` = ``experiment``
+= ``outgrows-memory``, ``op_style`` = ``load`` / ``get``, ``setting`` naming
+the case, ``round``, ``data_ratio`` and ``page_memory`` in ``config_json``);
+``bench.outgrowth_table`` makes the table and sentence, docs/bench.md says more.
 """
 
 from __future__ import annotations
@@ -177,59 +181,48 @@ def measure(name: str, work: Workload, memory_size: int | None, data_dir: str | 
             "load_per_s": work.keys / load_s, "get_per_s": len(work.get_keys) / get_s, **facts}
 
 
-def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print) -> list:
+def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print, rounds: int = 1) -> list:
     """Each case is (label, keys, memory_size or None): every store in turn on
-    the same keys. Returns one dict per (case, store)."""
-    out = []
-    for label, keys, memory_size in cases:
-        work = Workload(keys, min(gets, keys))
-        for name in stores:
-            try:
-                r = measure(name, work, memory_size, data_dir)
-            except ImportError as e:
-                say(f"  {LABELS.get(name, name)}: not installed ({e})")
-                continue
-            r.update(case=label, keys=keys, memory_size=memory_size)
-            say(f"  {label:<28} {LABELS.get(name, name):<10} load {r['load_per_s']:>10,.0f}/s"
-                f"   gets {r['get_per_s']:>10,.0f}/s")
-            out.append(r)
+    the same keys. With several rounds every round runs every case, the order
+    of the stores rotating from round to round, so a drift of the machine
+    falls on every store. Returns one dict per (round, case, store)."""
+    out, memory = [], {}
+    for rnd in range(rounds):
+        order = list(stores[rnd % len(stores):]) + list(stores[:rnd % len(stores)]) if stores else []
+        for label, keys, memory_size in cases:
+            if memory_size not in memory:
+                memory[memory_size] = memory_size or default_memory_size()
+            work = Workload(keys, min(gets, keys))
+            for name in order:
+                try:
+                    r = measure(name, work, memory_size, data_dir)
+                except ImportError as e:
+                    say(f"  {LABELS.get(name, name)}: not installed ({e})")
+                    continue
+                r.update(case=label, keys=keys, memory_size=memory_size, page_memory=memory[memory_size],
+                         data_ratio=round(keys * ENTRY / memory[memory_size], 1), round=rnd)
+                say(f"  {'' if rounds == 1 else f'round {rnd + 1} '}{label:<28} {LABELS.get(name, name):<10} "
+                    f"load {r['load_per_s']:>10,.0f}/s   gets {r['get_per_s']:>10,.0f}/s")
+                out.append(r)
     return out
 
 
-def table(rows) -> str:
-    """Markdown table: per case and store, rates and their ratios to LMDB and RocksDB."""
-    lines = ["| case | store | load /s | ×LMDB | ×RocksDB | gets /s | ×LMDB | ×RocksDB |",
-             "|---|---|---|---|---|---|---|---|"]
-    by_case = {}
-    for r in rows:
-        by_case.setdefault(r["case"], {})[r["store"]] = r
-
-    def ratio(r, peer, key):
-        return f"{r[key] / peer[key]:.2f}" if peer else "—"
-
-    for case, stores in by_case.items():
-        lm, rd = stores.get("lmdb"), stores.get("rocksdict")
-        for name, r in stores.items():
-            lines.append(f"| {case} | {LABELS.get(name, name)} | {r['load_per_s']:,.0f} | "
-                         f"{ratio(r, lm, 'load_per_s')} | {ratio(r, rd, 'load_per_s')} | "
-                         f"{r['get_per_s']:,.0f} | {ratio(r, lm, 'get_per_s')} | "
-                         f"{ratio(r, rd, 'get_per_s')} |")
-    return "\n".join(lines)
-
-
-def summary_rows(rows, run_id: str) -> list:
-    """The figures as rows of the bench's ``summary`` dataset (bench/schema.py)."""
+def summary_rows(rows, run_id: str, session: str | None = None) -> list:
+    """The figures as rows of the bench's ``summary`` dataset (bench/schema.py): per
+    (round, case, store) a load row and a get row under a run id of their own
+    (``run_id`` with a suffix), so no reader sums two cases' rates as one run's."""
     out = []
     for r in rows:
         extra = {k: v for k, v in r.items() if k not in ("store", "case", "load_s", "get_s",
-                                                           "load_per_s", "get_per_s")}
+                                                           "load_per_s", "get_per_s", "round")}
+        rid = f"{run_id}-{r.get('round', 0)}-{r['data_ratio']:g}x-{r['store']}"
         for style, secs, ops in (("load", r["load_s"], r["keys"]), ("get", r["get_s"], None)):
             ops = ops if ops is not None else round(r["get_per_s"] * r["get_s"])
-            out.append({"run_id": run_id, "node": 0, "store": r["store"], "scenario": SCENARIO,
+            out.append({"run_id": rid, "node": 0, "store": r["store"], "scenario": SCENARIO,
                         "experiment": SCENARIO, "op_style": style, "threads": 1,
                         "duration_s": secs, "ops": ops, "throughput": ops / secs,
-                        "wal_mode": "log_only", "setting": r["case"],
-                        "config_json": json.dumps(extra, sort_keys=True)})
+                        "wal_mode": "log_only", "setting": r["case"], "round": r.get("round", 0),
+                        "session": session, "config_json": json.dumps(extra, sort_keys=True)})
     return out
 
 
@@ -241,23 +234,52 @@ def default_memory_size() -> int:
             return db.stats()["page_memory_size"]
 
 
-def cases_from(args) -> list:
-    """(label, keys, memory_size) per requested ratio, or the one --keys case."""
-    if args.memory_size == "default":
+def sized_cases(memory_size, ratios) -> list:
+    """(label, keys, memory_size) of each data-to-memory ratio: ``memory_size`` in
+    bytes (rounded down to whole 4 KiB pages), or None for the store's default."""
+    if memory_size is None:
         memory = None
         sized = default_memory_size()
         mem_label = f"default memory_size ({sized / MiB:,.0f} MiB)"
     else:
-        memory = sized = int(float(args.memory_size) * MiB) // 4096 * 4096
+        memory = sized = int(memory_size) // 4096 * 4096
         mem_label = f"memory_size {sized / MiB:,.0f} MiB"
-    if args.keys:
-        data = args.keys * ENTRY
-        return [(f"{args.keys:,} keys, {mem_label} (data {data / sized:.1f}x)", args.keys, memory)]
     return [(f"data {ratio:g}x page memory, {mem_label}", int(ratio * sized // ENTRY), memory)
-            for ratio in args.ratios]
+            for ratio in ratios]
+
+
+def cases_from(args) -> list:
+    """(label, keys, memory_size) per requested ratio, or the one --keys case."""
+    memory = None if args.memory_size == "default" else float(args.memory_size) * MiB
+    if args.keys:
+        sized = int(memory) // 4096 * 4096 if memory else default_memory_size()
+        mem_label = f"memory_size {sized / MiB:,.0f} MiB" if memory else \
+            f"default memory_size ({sized / MiB:,.0f} MiB)"
+        return [(f"{args.keys:,} keys, {mem_label} (data {args.keys * ENTRY / sized:.1f}x)", args.keys,
+                 sized if memory else None)]
+    return sized_cases(memory, args.ratios)
+
+
+#: what ``python -m bench quick`` runs (a minute here: the 10x load of pagestore is most
+#: of it) and ``quick --full``: page memory, data-to-memory ratios, gets, rounds
+QUICK = dict(memory_size=3 * MiB, ratios=(1, 4, 10), gets=50_000, rounds=3)
+FULL = dict(memory_size=64 * MiB, ratios=(1, 4, 10), gets=300_000, rounds=3)
+
+
+def session_run(results_dir: str, session: str, full: bool = False, data_dir=None, say=print) -> list:
+    """The scenario as ``quick`` runs it: every store at each ratio, in rounds; the summary
+    rows written under ``results_dir`` with ``session``. Returns the measured dicts."""
+    from bench.results import new_run_id, write_dataset
+    sizes = FULL if full else QUICK
+    rows = run(sized_cases(sizes["memory_size"], sizes["ratios"]), STORES, sizes["gets"], data_dir, say,
+               rounds=sizes["rounds"])
+    write_dataset(results_dir, "summary", summary_rows(rows, new_run_id("og"), session))
+    return rows
 
 
 def main(argv=None) -> int:
+    """``python -m bench.outgrowth``: run the cases, print the table and its sentence."""
+    from bench import outgrowth_table as ot
     p = argparse.ArgumentParser(prog="python -m bench.outgrowth", description=__doc__.split("\n\n")[0])
     p.add_argument("--memory-size", default="64",
                    help="pagestore's page memory in MiB, or 'default' (default: 64)")
@@ -265,17 +287,22 @@ def main(argv=None) -> int:
                    help="data size as multiples of page memory, comma-separated (default: 4,10)")
     p.add_argument("--keys", type=int, default=0, help="load this many keys instead of --ratios")
     p.add_argument("--gets", type=int, default=300_000, help="random gets after the load")
+    p.add_argument("--rounds", type=int, default=1, help="rounds, the stores' order rotating (default: 1)")
     p.add_argument("--stores", default=",".join(STORES), help="comma-separated subset of " + ", ".join(STORES))
     p.add_argument("--data-dir", default=None, help="where the stores are created (default: system temp)")
     p.add_argument("--results", default=None, help="write summary rows into this results directory")
     args = p.parse_args(argv)
     stores = [s for s in args.stores.split(",") if s]
-    rows = run(cases_from(args), stores, args.gets, args.data_dir)
+    rows = run(cases_from(args), stores, args.gets, args.data_dir, rounds=args.rounds)
+    from bench.results import new_run_id
+    summary = summary_rows(rows, new_run_id("og"))
+    tbl = ot.table(ot.per_round(summary))
     print()
-    print(table(rows))
+    print(ot.markdown(tbl))
+    print(ot.sentence(tbl))
     if args.results:
-        from bench.results import new_run_id, write_dataset
-        write_dataset(args.results, "summary", summary_rows(rows, new_run_id()))
+        from bench.results import write_dataset
+        write_dataset(args.results, "summary", summary)
     return 0
 
 

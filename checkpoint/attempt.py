@@ -7,12 +7,17 @@ dropped: the checkpointer keeps this `Attempt` and, after a backoff, runs it
 again from where it stood -- the same id, pages and replay pointer; the
 recovery files and START again if START was not durable yet, else only the
 pages not written and released so far, then END. Retrying forever cannot
-wedge the store: every try is a fresh set of file operations.
+wedge the store: every try is a fresh set of file operations. Two failures
+are not retried (`is_fatal`): a failed sync of the page file and a
+read-only file system.
 """
 
 from __future__ import annotations
 
-__all__ = ["Attempt", "RecordingSource", "BACKOFF_FIRST", "BACKOFF_MAX", "backoff"]
+import errno
+
+__all__ = ["Attempt", "RecordingSource", "BACKOFF_FIRST", "BACKOFF_MAX", "backoff", "is_fatal",
+           "waited_for"]
 
 BACKOFF_FIRST = 0.05      # seconds before the first retry of a failed checkpoint
 BACKOFF_MAX = 2.0         # the longest wait between retries
@@ -21,6 +26,28 @@ BACKOFF_MAX = 2.0         # the longest wait between retries
 def backoff(failures: int) -> float:
     """Seconds to wait after the `failures`-th consecutive failure (doubling, capped)."""
     return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** max(0, failures - 1))
+
+
+# reasons of checkpoints whose failure a caller meets as it waits for them
+_WAITED = frozenset({"user", "close", "explicit", "recovery", "page memory full"})
+
+
+def waited_for(reason: str) -> bool:
+    """A caller waits for a checkpoint of `reason` (its ","-joined requests) and sees its failure."""
+    return any(r in _WAITED for r in reason.split(","))
+
+
+def is_fatal(exc: BaseException, phase: str) -> bool:
+    """A failure in `phase` that must not be retried.
+
+    After a failed sync of the page file its written pages may be gone from
+    the page cache (PostgreSQL's fsync finding) while memory holds them
+    released and clean, so a retry would write END over pages that are on
+    disk nowhere; a read-only file system takes nothing more. Either way only
+    a reopen (restoring the checkpoint from its recovery files, START being
+    durable) is safe.
+    """
+    return phase == "page_fsync" or getattr(exc, "errno", None) == errno.EROFS
 
 
 class Attempt:

@@ -47,6 +47,7 @@ Crash points (diskio/crashpoints.py) and what recovery makes of a crash there:
 
     checkpoint.after_lock             nothing durable yet: previous checkpoint stands
     checkpoint.after_wal_fsync        idem (the CHECKPOINT record is merely durable)
+    checkpoint.after_recovery_reuse   old recovery files renamed to this one's names: ignored
     checkpoint.recovery_file_written  recovery files without START: ignored
     checkpoint.after_recovery_fsync   idem
     checkpoint.start_tmp_written      only START's temp file: ignored
@@ -71,13 +72,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pagestore.wal.contracts import WalHandle
 
 from . import pool
-from .attempt import Attempt, RecordingSource, backoff
+from .attempt import Attempt, RecordingSource, backoff, is_fatal, waited_for
 from .steps import CheckpointSteps
 from .compression import PageCodec
 from .contracts import PageSink, PageSource, RecoveryFraming
 from .pacing import Pacer
-from .format import END, START, Marker, parse_name
-from .markers import cp_dir, read_marker, remove_quietly, scan, write_marker
+from .format import END, START, Marker
+from .markers import cp_dir, prune_markers, read_marker, scan, write_marker
 
 __all__ = ["Checkpointer", "CheckpointerError", "STATES", "DEFAULT_INTERVAL", "DEFAULT_THREADS"]
 
@@ -171,6 +172,11 @@ class Checkpointer(CheckpointSteps):
         self._retry_at = 0.0
         self._failed_upto = 0
         self._failures = self._consecutive = 0
+        # on_failure(exc, fatal): called (no lock held) when a checkpoint no
+        # caller waits for fails after the last one succeeded, and always for a
+        # fatal failure (attempt.is_fatal: no retry; only a reopen recovers)
+        self.on_failure = None
+        self._broken: BaseException | None = None
         # Set by any request (and by close) made while a checkpoint runs, and by
         # `hurry`: a paced page phase then goes full speed (pacing.py).
         self._hurry = threading.Event()
@@ -223,7 +229,7 @@ class Checkpointer(CheckpointSteps):
             return None
         with self._cond:
             if not self._cond.wait_for(lambda: self._done >= ticket or self._failed_upto >= ticket
-                                       or self._dead(), timeout):
+                                       or self._dead() or self._broken is not None, timeout):
                 raise TimeoutError(f"checkpoint not finished within {timeout} s")
             if self._done >= ticket:
                 return self._totals["last_checkpoint"]
@@ -308,16 +314,26 @@ class Checkpointer(CheckpointSteps):
                 self._run(reason, covering)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter, then retried
                 with self._cond:
+                    fatal = is_fatal(exc, self._progress.phase)
                     self._error = exc
                     self._progress.running = False
                     self._progress.set_phase("idle")
                     self._failures += 1
                     self._consecutive += 1
                     self._retry_at = time.monotonic() + backoff(self._consecutive)
+                    if fatal:
+                        self._broken, self._retry_at = exc, float("inf")
                     self._failed_upto = self._requested
-                    self._cond.notify_all()
+                    if not fatal or self._dead() or self._stopping:
+                        self._cond.notify_all()
                     if self._dead() or self._stopping:
                         return
+                    unseen = fatal or (self._consecutive == 1 and not waited_for(reason))
+                if unseen and self.on_failure is not None:
+                    self.on_failure(exc, fatal)
+                if fatal:           # waiters wake to a store that already refuses writes
+                    with self._cond:
+                        self._cond.notify_all()
                 continue
             with self._cond:
                 self._done = max(self._done, covering)
@@ -376,7 +392,7 @@ class Checkpointer(CheckpointSteps):
         fs.crash_point("checkpoint.after_wal_trim")
         self._last_lsn = lsn
         self._attempt = None
-        self._prune_markers(cid)
+        prune_markers(self.fs, self.cpdir, cid, MARKER_HISTORY)
         self.state = "IDLE"
 
         stats.update(page_bytes=len(page_ids) * self.page_size, fsync_seconds=fsync,
@@ -400,20 +416,6 @@ class Checkpointer(CheckpointSteps):
             return used / cap if cap else 0.0
         return Pacer(self.clock, deadline, pages, self._hurry, buffer_pages=capacity, buffer_fill=fill,
                      why=lambda: self._hurry_why)
-
-    def _prune_markers(self, cid: int) -> None:
-        """Keep the markers of the last MARKER_HISTORY completed checkpoints.
-
-        Removals are not made durable: a marker that reappears after a crash
-        belongs to an older, completed checkpoint and changes nothing.
-        """
-        cp = scan(self.fs, self.cpdir)
-        keep = sorted(cp.starts & cp.ends)[-MARKER_HISTORY:]
-        floor = keep[0] if keep else cid
-        for name in self.fs.listdir(self.cpdir):
-            parsed = parse_name(name)
-            if parsed is not None and parsed[1] in ("START", "END") and parsed[0] < floor:
-                remove_quietly(self.fs, f"{self.cpdir}/{name}")
 
     def _account(self, stats: dict) -> None:
         with self._progress.lock:
@@ -451,6 +453,12 @@ class Checkpointer(CheckpointSteps):
         """(running, checkpoints completed): two reads without a lock, for callers
         that ask every few operations (`progress()` and `stats()` lock)."""
         return bool(self._progress.running), self._totals["checkpoints"]
+
+    def release_lead(self) -> float:
+        """Seconds the last checkpoint took from its begin to its first page written in
+        place (begin, recovery files, their fsync): how long a requested checkpoint
+        frees no page slot. Read without a lock, for the dirty-page trigger."""
+        return self._progress.release_lead()
 
     def progress(self) -> dict:
         """checkpoint_pages, recovery_pages_written, pages_written, running: for the throttle."""

@@ -117,4 +117,19 @@ def remove_quietly(fs, path: str) -> None:
         pass
 
 
-__all__ += ["remove_quietly", "START", "END"]
+def prune_markers(fs, cpdir: str, cid: int, history: int) -> None:
+    """Keep the markers of the last `history` completed checkpoints (`cid` the one just completed).
+
+    Removals are not made durable: a marker that reappears after a crash
+    belongs to an older, completed checkpoint and changes nothing.
+    """
+    cp = scan(fs, cpdir)
+    keep = sorted(cp.starts & cp.ends)[-history:]
+    floor = keep[0] if keep else cid
+    for name in fs.listdir(cpdir):
+        parsed = parse_name(name)
+        if parsed is not None and parsed[1] in ("START", "END") and parsed[0] < floor:
+            remove_quietly(fs, f"{cpdir}/{name}")
+
+
+__all__ += ["remove_quietly", "prune_markers", "START", "END"]

@@ -30,7 +30,7 @@ from collections import deque
 from .format import recovery_file_name
 from .recovery_file import RecoveryFileWriter
 
-__all__ = ["PHASES", "Progress", "chunked", "write_recovery_files", "write_pages"]
+__all__ = ["PHASES", "Progress", "chunked", "recovery_file_count", "write_recovery_files", "write_pages"]
 
 
 #: Checkpoint phases as the throttle sees them, in order: the same strings as
@@ -86,6 +86,12 @@ class Progress:
                 self.last_phase_seconds = tuple(self._current)
             self.phase, self.phase_started = phase, now
 
+    def release_lead(self) -> float:
+        """Seconds the previous checkpoint spent before its page phase (begin,
+        recovery files, their fsync). A lock-free read of one tuple."""
+        last = self.last_phase_seconds
+        return last[1] + last[2] + last[3]
+
     def _counts(self) -> dict:
         return {"checkpoint_pages": self.checkpoint_pages,
                 "recovery_pages_written": self.recovery_pages_written,
@@ -138,6 +144,12 @@ def _run_all(pool, fn, count: int, abort: threading.Event) -> list:
     return results
 
 
+def recovery_file_count(pages: int, workers: int, chunk_pages: int) -> int:
+    """How many recovery files `write_recovery_files` writes for `pages` pages:
+    one per worker that finds a chunk, at least one."""
+    return max(1, min(workers, -(-pages // chunk_pages)))
+
+
 def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids, *,
                          workers: int, chunk_pages: int, page_size: int, progress: Progress,
                          clock, cipher=None, framing=None) -> dict:
@@ -152,7 +164,7 @@ def write_recovery_files(pool, fs, cpdir, source, codec, checkpoint_id, page_ids
     framing is done in bulk in C; without it the Python framing runs.
     """
     queue = deque(chunked(page_ids, chunk_pages))
-    count = max(1, min(workers, len(queue)))
+    count = recovery_file_count(len(page_ids), workers, chunk_pages)
     abort = threading.Event()
     framer = framing.frame_records if framing is not None else None
     copy_frame = framing.copy_frame if framing is not None else None

@@ -10,6 +10,7 @@ first byte that breaks the validity rule.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from array import array
 
@@ -28,6 +29,36 @@ _HEAD14 = struct.Struct("<QBBI")     # the record header's first 14 bytes (RECOR
 _CRC = struct.Struct("<I")
 _GAP = struct.Struct("<HH")          # free_lo, free_hi of the page header, read at FREE_LO_AT
 assert _HEAD14.size == _RECORD_CRC_SPAN
+
+
+def _load_sync_file_range():
+    """libc's sync_file_range(2) through ctypes (the os module has none), or None off Linux."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2          # linux/fs.h: start write-out, do not wait
+
+
+def _writeback_fd(f):
+    """The descriptor whose write-back `_start_writeback` may start, or None
+    (no sync_file_range here, a simulated file, an O_DIRECT file)."""
+    if _SYNC_FILE_RANGE is None or getattr(f, "direct", True):
+        return None
+    fileno = getattr(f, "fileno", None)
+    return fileno() if fileno is not None else None
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing [offset, offset + length) to the device, without waiting.
+    Only a hint: a failure here is ignored, `sync` reports what really failed."""
+    _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 class RecoveryFileWriter:
@@ -54,6 +85,18 @@ class RecoveryFileWriter:
     core's `compact_pages` and `frame_record_heads`): the gap removal of a
     whole chunk and every header and CRC in two calls, so per page only the
     compressor call and a copy stay in Python (7.7 -> ~3 us a page with lz4).
+
+    Each flush also starts the kernel's write-back of the bytes it wrote
+    (`sync_file_range` WRITE, where the file has a descriptor): the device
+    then writes while the threads frame the next chunks, and the fsync at
+    the end waits only for the tail. Without it the whole file sat in the
+    page cache until that fsync, so the phase took framing time *plus*
+    device time instead of the larger of the two. It is a hint: durability
+    still comes from `sync`, and a simulated file system has no descriptor.
+    The file may exist already (a completed checkpoint's, renamed by
+    steps.py): overwriting allocated blocks spares ext4 the block allocation
+    and journal work of a new file (measured: 2.0 against 1.1 GiB/s for
+    200 MiB in four files, 3.0 with the write-back hint).
     """
 
     FLUSH_BYTES = 1 << 20
@@ -74,7 +117,11 @@ class RecoveryFileWriter:
                         and not (codec.id == LZ4 and codec.level) else None)
         self._compactor = (compactor if self._plain and self._framer is None
                            and codec.id not in (DISABLED, SKIP_GARBAGE) else None)
-        self._file = fs.open(path, create=True, truncate=True)
+        # Not truncated: the file may be a completed checkpoint's, renamed to
+        # this name (steps.py) so its blocks are overwritten rather than
+        # allocated anew; `sync` cuts what is left of it past our end.
+        self._file = fs.open(path, create=True)
+        self._fd = _writeback_fd(self._file)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
         self._file.pwrite(header, 0)
         self._written = len(header)   # file offset of the buffer's first byte
@@ -145,6 +192,8 @@ class RecoveryFileWriter:
         if self._fill:
             with memoryview(self._out) as view:
                 self._file.pwrite(view[:self._fill], self._written)
+            if self._fd is not None:
+                _start_writeback(self._fd, self._written, self._fill)
             self._written += self._fill
             self._fill = 0
 
@@ -249,8 +298,11 @@ class RecoveryFileWriter:
         return pos
 
     def sync(self) -> None:
-        """Write what is buffered, then fsync the file."""
+        """Write what is buffered, cut the file to its records (a reused file may
+        be longer), then fsync it: data and length durable together."""
         self.flush()
+        if self._file.size() > self._written:
+            self._file.truncate(self._written)
         self._file.fsync()
 
     def close(self) -> None:

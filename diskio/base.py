@@ -187,6 +187,12 @@ class FileSystem(ABC):
         self._points.disarm(name)
 
     @property
+    def crash_points_armed(self) -> bool:
+        """Whether any crash point is armed (read without a lock): a path that
+        can skip its crash points runs its faster way only while none is."""
+        return self._points.any_armed()
+
+    @property
     def crash_point_hits(self) -> dict[str, int]:
         """How many times each crash point has been passed (armed or not)."""
         return dict(self._points.hits)

@@ -21,10 +21,15 @@ CRASH_POINTS: dict[str, str] = {
     "wal.round_elected": "group commit: a leader elected, its round's range fixed, nothing of it published or synced",
     "wal.sync_write_logged": "a write with sync=True logged (log_only/background), its flush not begun",
     "aio.group_durable": "asyncio store: a group's WAL durable, none of its waiting writes told yet",
+    "wal.segment_tmp_created": "a new WAL segment's temporary file created, empty, nothing allocated",
+    "wal.segment_preallocated": "a new WAL segment's temporary file allocated and zeroed, not yet fsynced",
+    "wal.segment_synced": "a new WAL segment's temporary file fsynced, not yet renamed to its name",
     "wal.segment_created": "a new WAL segment file created and preallocated, directory not yet fsynced",
+    "wal.segment_dir_synced": "a new WAL segment renamed into place and its directory fsynced, not yet handed out",
     # Checkpoint, numbered as in DESIGN.md §3
     "checkpoint.after_lock": "step 1 done: dirty set snapshotted and CHECKPOINT logged, lock released",
     "checkpoint.after_wal_fsync": "step 2 done: WAL durable up to the CHECKPOINT record",
+    "checkpoint.after_recovery_reuse": "step 3: old recovery files renamed to this checkpoint's names (cp/ fsynced), none written",
     "checkpoint.recovery_file_written": "step 3: one recovery file fully written, before its fsync",
     "checkpoint.after_recovery_fsync": "step 3 done: every recovery file and cp/ durable, no START yet",
     "checkpoint.start_tmp_written": "step 4: START temp file written and fsynced, not yet renamed",
@@ -94,6 +99,10 @@ class CrashPointTable:
                 self._armed.clear()
             else:
                 self._armed.pop(name, None)
+
+    def any_armed(self) -> bool:
+        """Whether any point is armed (no lock: a dict's truth is read atomically)."""
+        return bool(self._armed)
 
     def armed(self) -> dict[str, int]:
         """Armed names mapped to the absolute hit number that fires."""

@@ -229,7 +229,9 @@ class PosixLock(Lock):
     child keeps its copy of the descriptor, the lock outlives the parent's
     release, and nobody can take it until every such child exits. So a child
     closes its copies right after fork (never flock(LOCK_UN), which would
-    release the parent's lock too); O_CLOEXEC does the same across exec.
+    release the parent's lock too); O_CLOEXEC does the same across exec. And
+    `release()` unlocks before it closes, because a child that has not yet
+    been scheduled to run its fork hook still shares the description.
     """
 
     def __init__(self, path: str, fd: int):
@@ -241,9 +243,12 @@ class PosixLock(Lock):
         fd, self._fd = self._fd, -1
         _HELD.discard(self)
         if fd >= 0:
-            # Closing the descriptor drops the flock; the file stays as a
-            # harmless marker (removing it would race a concurrent locker).
-            os.close(fd)
+            # The file stays as a harmless marker (removing it would race a
+            # concurrent locker).
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     def _drop_in_child(self) -> None:
         fd, self._fd = self._fd, -1

@@ -296,6 +296,10 @@ def main(argv=None) -> int:
     except ToolError as e:
         print(f"python -m pagestore {args.command}: {e}", file=sys.stderr)
         return 2
+    except OSError as e:        # a store file the tool could not read: typed, named, no traceback
+        from .faults import translate
+        print(f"python -m pagestore {translate(e, args.command)}", file=sys.stderr)
+        return 1
     try:
         if args.json:
             json.dump(rep, sys.stdout, indent=2, default=str)

@@ -1,7 +1,7 @@
 """cffi builder of the C core `pagestore._core` (out-of-line API mode).
 
 The cdef is `csrc/ps_api.h` (the product API) and `csrc/ps_test.h` (entry
-points only tests call), both kept parsable by cffi, plus the two callbacks
+points only tests call), both kept parsable by cffi, plus the callbacks
 implemented in Python; the C files are listed explicitly. Compiled
 with -O2 -Wall -Werror; PAGESTORE_SANITIZE=1 adds ASan/UBSan.
 
@@ -21,6 +21,7 @@ SOURCES = ["crc32c.c", "pagemem.c", "walenc.c", "btree.c", "core.c", "recframe.c
 CALLBACKS = """
 extern "Python+C" int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
 extern "Python+C" int ps_py_wal_segment(void *handle, uint64_t seq, uint8_t **base_out);
+extern "Python+C" int ps_py_wal_grow(void *handle, uint64_t seq, uint64_t need, uint64_t *alloc_out);
 """
 
 

@@ -13,10 +13,16 @@ A write runs on the event loop's thread (one C call, microseconds) and is
 in the log when the call returns; a durable write (fsync mode, or
 `sync=True`) then waits for its group: one syncer thread per store leads a
 group-commit round over everything written so far, and tells the loop once
-per round (one `call_soon_threadsafe`), which completes every write the
-round covered. No thread per waiting write; hundreds of writes in flight
-share one fdatasync. The syncer's rounds go through the WAL's group commit,
-so threads writing with `pagestore.open` semantics elsewhere share them too.
+per round, which completes every write the round covered. No thread per
+waiting write; hundreds of writes in flight share one fdatasync. The
+syncer's rounds go through the WAL's group commit, so threads writing with
+`pagestore.open` semantics elsewhere share them too.
+
+Where the WAL does its rounds in C (fsync mode on posix files, no crash
+point armed), the syncer runs in C too (csrc/gcommit.c, `ps_gc_syncer`): it
+never takes the GIL, so a busy loop cannot hold it up; it adds 1 to an
+eventfd the loop watches (`add_reader`) after each round. Elsewhere it is
+a Python thread telling the loop with `call_soon_threadsafe`.
 
 Cancelling a write's await does not undo it: the write was applied when the
 call was made and becomes durable with its group; the store stays as
@@ -35,6 +41,8 @@ import asyncio
 import collections
 import os
 import threading
+
+from pagestore.wal.gate import RoundFailed
 
 from . import database as _database
 from .errors import ClosedError
@@ -92,7 +100,16 @@ class AsyncDatabase:
         # syncer makes it durable.
         _database.route_commits(db, self._note)
         self._wake = threading.Event()
-        self._syncer = threading.Thread(target=self._sync_loop, name="pagestore-aio-syncer", daemon=True)
+        self._gate = engine.wal.syncer_gate()   # None: the syncer runs in Python
+        self._efd = -1
+        target = self._sync_loop
+        if self._gate is not None and loop_can_watch(loop):
+            self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self._gate.syncer_stop(False)
+            self._idle = self._gate.syncer_idle_cell()
+            loop.add_reader(self._efd, self._on_durable)
+            target = self._c_sync_loop
+        self._syncer = threading.Thread(target=target, name="pagestore-aio-syncer", daemon=True)
         self._syncer.start()
 
     def _note(self, lsn: int) -> None:
@@ -103,11 +120,48 @@ class AsyncDatabase:
         fut = self._loop.create_future()
         if self._fsync or sync:
             self._pending.append((self._lsn, fut, result))
-            if not self._wake.is_set():
+            if self._efd >= 0:
+                if self._idle[0]:          # read after the write (see ps_gc_kick)
+                    self._gate.kick()
+            elif not self._wake.is_set():
                 self._wake.set()
         else:
             fut.set_result(result)
         return fut
+
+    def _c_sync_loop(self) -> None:
+        """The syncer in C: rounds and eventfd writes without the GIL; back in
+        Python only for a round C cannot do alone, a failure, or the stop."""
+        gate, wal, efd = self._gate, self._wal, self._efd
+        ticket = gate.ticket()
+        while True:
+            try:
+                what = gate.syncer(efd, 0.2, ticket)
+                if what == "stopped":
+                    return
+                if what == "lead":
+                    wal.lead_round(ticket)
+                    os.eventfd_write(efd, 1)
+            except RoundFailed as failed:
+                self._loop.call_soon_threadsafe(self._fail, wal.round_failed(failed))
+                return
+            except BaseException as exc:    # noqa: BLE001 - handed to the writes waiting
+                self._loop.call_soon_threadsafe(self._fail, exc)
+                return
+
+    def _on_durable(self) -> None:
+        """The loop's reader of the eventfd: one call per wake-up, whatever
+        number of rounds it counts."""
+        try:
+            os.eventfd_read(self._efd)
+        except BlockingIOError:
+            return
+        # (in fsync mode the core reads the acknowledged end from the gate's
+        # durable cell itself: nothing to tell it here)
+        self._complete(self._gate.durable)
+        # runs after the tasks the completions woke (queued behind them): their
+        # next writes are made, so the syncer's next round may start
+        self._loop.call_soon(self._gate.go)
 
     def _sync_loop(self) -> None:
         """The syncer: one group-commit round per wake-up, one loop wake-up per round."""
@@ -210,11 +264,13 @@ class AsyncDatabase:
         return AsyncTransaction(self)
 
     def stats(self) -> dict:
-        """The store's counters (`Database.stats`), plus the syncer's rounds
-        (`aio_rounds`) and the durable writes each completed on average."""
+        """The store's counters (`Database.stats`), plus the syncer's wake-ups of
+        the loop (`aio_rounds`), the durable writes each completed on average,
+        and where the syncer runs (`aio_syncer`: "c" or "python")."""
         st = self._db.stats()
         st["aio_rounds"] = self._rounds
         st["aio_group_size_mean"] = self._completed / self._rounds if self._rounds else 0.0
+        st["aio_syncer"] = "c" if self._efd >= 0 else "python"
         return st
 
     @property
@@ -230,9 +286,17 @@ class AsyncDatabase:
             return
         self._closing = True
         self._wake.set()
+        if self._efd >= 0:
+            self._gate.syncer_stop(True)
         loop = self._loop
         await loop.run_in_executor(None, self._syncer.join)
         await asyncio.sleep(0)              # the syncer's last completion, queued before it ended
+        if self._efd >= 0:
+            loop.remove_reader(self._efd)
+            if self._error is None:
+                self._complete(self._gate.durable)
+            os.close(self._efd)
+            self._efd = -1
         if self._pending:
             self._fail(ClosedError(f"store {self._db.path} closed before the write was durable"))
         await loop.run_in_executor(None, self._db.close)
@@ -243,6 +307,18 @@ class AsyncDatabase:
     async def __aexit__(self, *exc):
         await self.close()
         return False
+
+
+def loop_can_watch(loop) -> bool:
+    """Whether `loop` can watch a file descriptor (`add_reader`: selector
+    loops and uvloop; not the Windows proactor) and eventfd exists."""
+    if not hasattr(os, "eventfd"):
+        return False
+    try:
+        loop.add_reader
+    except AttributeError:
+        return False
+    return not type(loop).__name__.startswith("Proactor")
 
 
 class AsyncTransaction:

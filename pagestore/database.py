@@ -40,6 +40,7 @@ from .keys import as_key, as_value, bounds
 from .mapping import MappingMixin, pairs_of
 from .openmode import open_engine
 from .ordered import OrderedReads
+from .reporting import CheckpointReports
 from .snapshot import Snapshot, scan_snapshot, snapshot_stats
 from .transaction import Transaction
 
@@ -58,12 +59,15 @@ class State(enum.Enum):
     CLOSED = "closed"
     ABANDONED = "abandoned"    # dropped as a killed process would (tests)
     FAILED = "failed"          # the log failed: reads only, until closed and reopened
+    CHECKPOINT_FAILED = "checkpoint_failed"   # a background checkpoint failed: the next write says so
     FORKED = "forked"          # inherited by a forked child: not its store
     READ_ONLY = "read_only"    # opened read_only=True: reads only, no file written
     PAUSED = "paused"          # compact() is swapping the page file: calls wait
 
 
 _OPEN = State.OPEN
+_READABLE = (State.FAILED, State.READ_ONLY, State.CHECKPOINT_FAILED)   # reads go on; writes check
+_CLOSABLE = (_OPEN, State.FAILED, State.READ_ONLY, State.CHECKPOINT_FAILED)
 
 
 def open(path, *, fs=None, create=True, read_only=False, **options) -> "Database":  # noqa: A001
@@ -109,7 +113,7 @@ def _disown_in_child() -> None:
 os.register_at_fork(after_in_child=_disown_in_child)
 
 
-class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
+class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, CheckpointReports):
     """An open store. Thread-safe: any number of threads may call it at once."""
 
     def __init__(self, path: str, config: Config, fs, *, create: bool = True, read_only: bool = False):
@@ -137,10 +141,11 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
         reader = _native.reader(core)     # gets of pages in memory, GIL held (_native/fastget.py)
         self._fast_get, self._fast_get_many = reader.get, reader.get_many
         self._wal_commit = self._commit_route or engine.wal.commit
+        self._watch_checkpoints(engine)
 
     def _check_open(self) -> None:
         if self._state is not _OPEN:
-            if self._state is State.FAILED or self._state is State.READ_ONLY:
+            if self._state in _READABLE:
                 return                        # reads go on; writes call _check_writable
             if self._state is State.PAUSED:
                 return self._wait_resumed()
@@ -155,6 +160,8 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
             raise faults.refusal(self._failure, operation)
         if self._state is State.READ_ONLY:
             raise ReadOnlyError(f"{self.path} was opened read_only: {operation} refused", self.path, operation)
+        if self._state is State.CHECKPOINT_FAILED:
+            raise self._report_checkpoint(operation)
         self._check_open()
 
     def _swapped(self, exc: Exception) -> bool:
@@ -166,9 +173,9 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
         `lsn`: the end of the write's record, if it got one."""
         wal = self._engine.wal
         cause = wal.failure if wal is not None else None
-        if cause is not None and self._state is _OPEN:
+        if cause is not None and self._state in (_OPEN, State.CHECKPOINT_FAILED):
             self._failure, self._state = faults.translate(cause, operation), State.FAILED
-        faults.reraise(exc, operation, wal, lsn)
+        faults.reraise(exc, operation, wal, lsn, self._failure)
 
     @property
     def state(self) -> State:
@@ -375,9 +382,9 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
         release only; what the log could not take is not acknowledged)."""
         if self._state is State.PAUSED:
             self._wait_resumed()
-        if self._state not in (_OPEN, State.FAILED, State.READ_ONLY):
+        if self._state not in _CLOSABLE:
             return
-        final = self._state is _OPEN
+        final = self._state is _OPEN or self._state is State.CHECKPOINT_FAILED
         self._state = State.CLOSING
         _OPEN_STORES.discard(self)
         try:
@@ -401,7 +408,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin):
         return False
 
     def __del__(self):
-        if self.__dict__.get("_state") is _OPEN:
+        if self.__dict__.get("_state") in (_OPEN, State.CHECKPOINT_FAILED):
             try:
                 self.close()
             except Exception:  # noqa: BLE001 - interpreter shutdown

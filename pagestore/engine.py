@@ -36,7 +36,20 @@ from .recovering import RecoveringStoreMixin
 from .shortfall import too_large
 from .throttle import Throttle
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "make_core"]
+
+
+def make_core(cfg: Config, cipher, pages: PageFile, wal_segment, wal_grow=None) -> _native.Core:
+    """The C core for a store of options `cfg`: page memory and tree, reading
+    missed pages through `pages`, taking WAL segments from `wal_segment(seq)`
+    and their space from `wal_grow(seq, need)` (the core's callbacks)."""
+    return _native.Core(
+        page_size=cfg.page_size, memory_size=cfg.memory_size,
+        checkpoint_buffer_size=cfg.cow_buffer_size,
+        page_reserve=cipher.page_reserve if cipher else 0,
+        read_page=pages.read_page, wal_segment=wal_segment, wal_grow=wal_grow,
+        physical_wal=(cfg.recovery_data == "wal"),
+        snapshot_codec=cfg.recovery_compression)
 
 
 class Engine(RecoveringStoreMixin):
@@ -74,13 +87,7 @@ class Engine(RecoveringStoreMixin):
         self.pages = PageFile(fs, self.path, cfg.page_size, self.cipher)
         # The core exists before recovery so the restore can leave the pages it
         # writes back resident (Core.stash): the replay then finds them in memory.
-        self.core = _native.Core(
-            page_size=cfg.page_size, memory_size=cfg.memory_size,
-            checkpoint_buffer_size=cfg.cow_buffer_size,
-            page_reserve=self.cipher.page_reserve if self.cipher else 0,
-            read_page=self.pages.read_page, wal_segment=self._wal_segment,
-            physical_wal=(cfg.recovery_data == "wal"),
-            snapshot_codec=cfg.recovery_compression)
+        self.core = make_core(cfg, self.cipher, self.pages, self._wal_segment, self._wal_grow)
         self.signals = self.core.signals
         try:
             opened = _recovery.open_store(fs, self.path, self, cipher=self.cipher,
@@ -99,6 +106,42 @@ class Engine(RecoveringStoreMixin):
             raise ConfigError(str(e), option="wal_segment_size") from e
         self.recovery = opened.report
         self.throttle = Throttle(self, throttling.make_policy(cfg.throttling))
+        self._guard_log()
+
+    def _guard_log(self) -> None:
+        """Make a write that raised leave no trace in memory either.
+
+        The core applies a write, then the log makes it durable (fsync mode)
+        or hands it to the OS (a log that publishes with pwrite); that second
+        step can fail. So there the core keeps every write's before-image
+        until the log acknowledges it (the group commit's durable LSN, or what
+        the WAL's commit and flush report), and when the log fails its `fence`
+        undoes every write past the acknowledged end and refuses later ones.
+        On a shared mapping a record is in the OS once written: nothing there
+        to undo, only the refusal.
+        """
+        wal, core = self.wal, self.core
+        wal.fence = core.fence
+        if wal.mode != "fsync" and wal.shared_mapping:
+            return
+        # fsync mode: the acknowledged end is the group commit's durable LSN,
+        # which the core reads itself (nothing added to the commit path)
+        cell = wal.durable_cell() if wal.mode == "fsync" else None
+        core.keep_unacknowledged(cell, owner=wal)
+        if cell is not None:
+            return
+        acknowledge, commit, flush = core.acknowledge, wal.commit, wal.flush
+
+        def commit_acknowledged(lsn: int) -> None:
+            commit(lsn)
+            acknowledge(lsn)
+
+        def flush_acknowledged(lsn: int | None = None) -> int:
+            durable = flush(lsn)
+            acknowledge(durable)
+            return durable
+
+        wal.commit, wal.flush = commit_acknowledged, flush_acknowledged
 
     def _wal_options(self) -> dict:
         cfg = self.config
@@ -128,6 +171,11 @@ class Engine(RecoveringStoreMixin):
             framing=CoreFraming(self.core))
         self.checkpointer.start()
         return self.checkpointer
+
+    def _wal_grow(self, seq: int, need: int) -> int:
+        """`ps_py_wal_grow`: bytes [0, need) of segment `seq` allocated (the WAL's
+        `reserve`), under the tree write lock; raises when the disk is full."""
+        return self.wal.reserve(seq, need)
 
     def _wal_segment(self, seq: int):
         """`ps_py_wal_segment`: the encoder's next segment, under the tree write lock.

@@ -10,6 +10,7 @@ paths pay nothing (a `try` costs nothing until it catches).
     EROFS                   ReadOnlyError
     anything else           DiskIOError
     CheckpointerError       what caused it, translated; "closed" -> ClosedError
+    the core's refusal      `refusal`: the failure that made the store refuse writes
 
 The message names the operation, what the file is (the WAL, the page file,
 checkpoint files, ...) and its path, then the OS's words.
@@ -23,9 +24,10 @@ import posixpath
 from pagestore import checkpoint as _checkpoint
 from pagestore.diskio import layout
 
+from . import _native
 from .errors import ClosedError, DiskFullError, DiskIOError, Error, ReadOnlyError
 
-__all__ = ["translate", "typed_class", "describe"]
+__all__ = ["translate", "typed_class", "describe", "reraise", "refusal", "background_failure"]
 
 _FULL = frozenset({_errno.ENOSPC, getattr(_errno, "EDQUOT", _errno.ENOSPC)})
 
@@ -65,7 +67,8 @@ def _from_os_error(exc: OSError, operation: str) -> DiskIOError:
                errno=exc.errno)
 
 
-def translate(exc: BaseException, operation: str, wal=None, lsn: int = -1) -> BaseException:
+def translate(exc: BaseException, operation: str, wal=None, lsn: int = -1,
+              failure: Error | None = None) -> BaseException:
     """The `pagestore.Error` to raise (from `exc`) for `exc` met during `operation`.
 
     A `pagestore.Error` is returned unchanged, as is anything that is not a
@@ -73,8 +76,13 @@ def translate(exc: BaseException, operation: str, wal=None, lsn: int = -1) -> Ba
     TypeError of the caller's argument). With `wal` (a `wal.Wal`) and the
     end `lsn` of the write's record: when the log had handed that record to
     the OS before it failed and could not blank it, the error says the
-    write is in doubt.
+    write is in doubt. `failure`: the store's own (a checkpoint's), for a
+    write the core refused when the log has none.
     """
+    if isinstance(exc, _native.NativeError) and exc.code == _native.PS_E_IO and "refused" in str(exc):
+        # the core refused the write (its fence: the log or a checkpoint failed), nothing applied
+        cause = wal.failure if wal is not None else None
+        return refusal(translate(cause, operation) if cause is not None else failure, operation)
     if isinstance(exc, Error):
         return exc
     if isinstance(exc, OSError):
@@ -96,9 +104,9 @@ def translate(exc: BaseException, operation: str, wal=None, lsn: int = -1) -> Ba
     return exc
 
 
-def reraise(exc: BaseException, operation: str, wal=None, lsn: int = -1):
-    """Raise `translate(exc, operation, wal, lsn)`, chained to `exc` when it is a new error."""
-    err = translate(exc, operation, wal, lsn)
+def reraise(exc: BaseException, operation: str, wal=None, lsn: int = -1, failure: Error | None = None):
+    """Raise `translate(exc, operation, wal, lsn, failure)`, chained to `exc` when it is a new error."""
+    err = translate(exc, operation, wal, lsn, failure)
     if err is exc:
         raise exc
     raise err from exc
@@ -111,4 +119,15 @@ def refusal(failure: Error | None, operation: str) -> Error:
            f"({failure})"
     if isinstance(failure, DiskIOError):
         return type(failure)(text, path=failure.path, operation=operation, errno=failure.errno)
+    return Error(text)
+
+
+def background_failure(exc: BaseException | None, operation: str) -> Error:
+    """The error a write meets once after a background checkpoint failed: the
+    checkpoint's type and file, saying this write was not applied."""
+    err = translate(exc, "checkpoint") if exc is not None else Error("checkpoint failed")
+    text = f"{operation}: not applied: a background checkpoint failed ({err}); the store retries " \
+           f"it with backoff and takes writes again from the next call"
+    if isinstance(err, DiskIOError):
+        return type(err)(text, path=err.path, operation=operation, errno=err.errno)
     return Error(text)

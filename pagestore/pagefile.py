@@ -133,7 +133,7 @@ class PageFile:
             images = sealed
         if self._fd is not None:   # posix: one C call, adjacent runs coalesced, no GIL
             try:
-                n = pwrite_pages(self._fd, page_ids, images, ps)
+                n = pwrite_pages(self._fd, page_ids, images, ps, self.path)
             except OSError as e:
                 raise DiskIOError(e.errno, e.strerror, self.path) from e
             with self._count_lock:

@@ -23,12 +23,13 @@ import fcntl
 import os
 
 from pagestore.diskio import layout
-from pagestore.diskio.posix import PosixFile, PosixFS, PosixLock
+from pagestore.diskio.posix import PosixFS, PosixLock
 
-from . import _native
+from .engine import make_core
 from .errors import ConfigError, Error, ReadOnlyError, RecoveryNeededError, StoreLockedError
 from .pagefile import PageFile
 from .recovering import RecoveringStoreMixin
+from .tools import ReadOnlyFS
 
 __all__ = ["ReadOnlyEngine", "pending_recovery"]
 
@@ -59,19 +60,6 @@ def pending_recovery(path: str, cipher=None) -> str | None:
     if w["damage"] or w["gaps"] or w["off_chain"]:
         return "the WAL has a torn or damaged tail after the last checkpoint"
     return None
-
-
-class _ReadOnlyFiles:
-    """The part of the diskio interface `PageFile` calls, opening O_RDONLY."""
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def open(self, path: str, *, create: bool = False, **_kw) -> PosixFile:
-        if create:
-            raise ReadOnlyError(f"{path}: the store was opened read_only; not creating it",
-                                path, "open", errno.EROFS)
-        return PosixFile(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC), False)
 
 
 class _NoLog:
@@ -138,14 +126,8 @@ class ReadOnlyEngine(RecoveringStoreMixin):
         if why is not None:
             raise RecoveryNeededError(f"{self.path} needs recovery ({why}); recovering writes files, "
                                       "so open it once without read_only (and close it) first", self.path)
-        self.pages = PageFile(_ReadOnlyFiles(), self.path, cfg.page_size, self.cipher)
-        self.core = _native.Core(
-            page_size=cfg.page_size, memory_size=cfg.memory_size,
-            checkpoint_buffer_size=cfg.cow_buffer_size,
-            page_reserve=self.cipher.page_reserve if self.cipher else 0,
-            read_page=self.pages.read_page, wal_segment=self._no_segment,
-            physical_wal=(cfg.recovery_data == "wal"),
-            snapshot_codec=cfg.recovery_compression)
+        self.pages = PageFile(ReadOnlyFS(), self.path, cfg.page_size, self.cipher)
+        self.core = make_core(cfg, self.cipher, self.pages, self._no_segment)
         self.signals = self.core.signals
         self.check_header()
         self.open_existing()

@@ -15,6 +15,7 @@ import time
 
 from pagestore import throttling
 from pagestore.throttling.signals import snapshot as _snapshot
+from pagestore.throttling.trigger import DirtyTrigger
 
 from . import _native
 from .errors import ClosedError
@@ -58,11 +59,13 @@ class Throttle:
         self.park_seconds_max = 0.0
         self.stalls = 0
         self.nomem_waits = 0
-        # The dirty-page trigger in `check` runs only while the hint is up, so
-        # the hint must be up from checkpoint_dirty_fraction on when that is
-        # lower (a fraction of 0.1 used to start checkpoints at 0.5).
+        # Dirty pages start a checkpoint at checkpoint_dirty_fraction, or earlier
+        # when writers would use up the clean slots before it frees any
+        # (throttling/trigger.py). It runs in `check`, only while the hint is
+        # up, so the hint must be up from the trigger's floor on.
+        self._trigger = DirtyTrigger(store.config.checkpoint_dirty_fraction)
         store.core.set_throttle_thresholds(
-            HINT_COW_FRACTION, min(HINT_DIRTY_FRACTION, store.config.checkpoint_dirty_fraction))
+            HINT_COW_FRACTION, min(HINT_DIRTY_FRACTION, self._trigger.floor))
 
     def signals(self, ckpt=None) -> "throttling.Signals":
         """The policy's inputs now: the core's counters and the checkpointer's phase progress."""
@@ -90,23 +93,27 @@ class Throttle:
         """Ask the policy once; park if it says so; start a checkpoint if dirty is high."""
         db = self._store
         s = db.signals
-        if self._every:
-            mine, now = self._local, _monotonic()
-            step = self.CHECK_COW_STEP * s.cow_capacity
-            if now < mine.__dict__.get("due", 0.0) and abs(s.cow_used - mine.cow) < step:
-                return
-            mine.due, mine.cow = now + self._every, s.cow_used
         ckpt = db.checkpointer
         if ckpt is None:
             # The store closed after this write was applied: nothing is left
             # to throttle for, and the write stands (raising now would report
             # an applied write as failed).
             return
-        if s.dirty_pages > db.config.checkpoint_dirty_fraction * s.slots_total and not ckpt.pending():
+        # Before the policy's interval below: one put_many can dirty thousands
+        # of pages, so skipping the trigger for an interval let page memory
+        # fill before a checkpoint was asked for.
+        if not ckpt.pending() and self._trigger.due(s.dirty_pages, s.slots_total, s.pages_dirtied,
+                                                    _monotonic(), ckpt.release_lead()):
             # One pending request is enough: a checkpoint serves every request
             # made before it began, and asking on every write would only
             # contend for the checkpointer's lock.
             ckpt.request("dirty pages")
+        if self._every:
+            mine, now = self._local, _monotonic()
+            step = self.CHECK_COW_STEP * s.cow_capacity
+            if now < mine.__dict__.get("due", 0.0) and abs(s.cow_used - mine.cow) < step:
+                return
+            mine.due, mine.cow = now + self._every, s.cow_used
         park = self.policy.park_seconds(self.signals(ckpt), time.monotonic())
         if park > 0:
             # A writer held back while a checkpoint runs: it must not also be

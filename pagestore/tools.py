@@ -21,6 +21,7 @@ import warnings
 from pagestore.checkpoint.compression import CODEC_NAMES
 from pagestore.diskio import layout
 from pagestore.diskio.layout import PAGE_FILE
+from pagestore.diskio.posix import PosixFile
 from pagestore.checkpoint.page_header import BODY_AT, FREELIST, PAGE_SIZES, page_id_of, type_of
 from pagestore.checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
@@ -29,9 +30,10 @@ from pagestore.wal.format import TYPE_NAMES
 from pagestore.wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
 from pagestore.wal.recseal import BlockSealedSegment, record_opener
 from pagestore.wal.segments import read_slot
+from pagestore.wal.sparse import sparse_copy
 
 from . import _native
-from .errors import EncryptionError
+from .errors import EncryptionError, ReadOnlyError
 from .pagefile import looks_sealed
 
 __all__ = ["ToolError", "ReadOnlyFS", "lock_holder", "page_file", "bad_pages", "free_pages",
@@ -47,43 +49,27 @@ class ToolError(Exception):
 
 
 # -- read-only file access ------------------------------------------------------------
-class ReadOnlyFile:
-    """A file opened O_RDONLY: the part of `diskio.File` the tools read through."""
+class ReadOnlyFile(PosixFile):
+    """A diskio `PosixFile` opened O_RDONLY: reads (`pread`, `pread_into`,
+    `size`) work, and a write fails as on a read-only descriptor (EBADF)."""
 
     def __init__(self, path: str):
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-
-    def pread(self, n: int, offset: int) -> bytes:
-        """Up to `n` bytes at `offset` (fewer only at the end of the file)."""
-        out = []
-        while n > 0:
-            chunk = os.pread(self.fd, n, offset)
-            if not chunk:
-                break
-            out.append(chunk)
-            n -= len(chunk)
-            offset += len(chunk)
-        return b"".join(out)
-
-    def size(self) -> int:
-        """The file's size in bytes."""
-        return os.fstat(self.fd).st_size
-
-    def close(self) -> None:
-        """Close the file (again: nothing)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        super().__init__(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC), False)
 
 
 class ReadOnlyFS:
-    """What `checkpoint.markers` and `checkpoint.recovery_file` call, opening files O_RDONLY."""
+    """The one read-only file system: the part of the diskio interface that
+    `PageFile`, `checkpoint.markers` and `checkpoint.recovery_file` call,
+    opening every file O_RDONLY and creating, truncating or renaming nothing.
+    The tools read through it, and so does a store opened `read_only=True`
+    (pagestore/readonly.py)."""
 
     def open(self, path, *, create=False, truncate=False, direct=False):
-        """`path` opened read-only; PermissionError(EROFS) if asked to create or truncate."""
+        """`path` opened read-only (`ReadOnlyFile`); ReadOnlyError (EROFS) if
+        asked to create or truncate it."""
         if create or truncate:
-            raise PermissionError(errno.EROFS, "the tools never create or truncate files", path)
+            raise ReadOnlyError(f"{path}: opened read-only; not creating or truncating it",
+                                path, "open", errno.EROFS)
         return ReadOnlyFile(path)
 
     def listdir(self, path) -> list:
@@ -95,7 +81,7 @@ class ReadOnlyFS:
         return os.path.exists(path)
 
     def makedirs(self, path) -> None:
-        """`markers.scan` asks for cp/; a read-only tool creates nothing (listdir of a missing dir is empty)."""
+        """`markers.scan` asks for cp/; a read-only reader creates nothing (listdir of a missing dir is empty)."""
 
     def size(self, path) -> int:
         """The size of file `path` in bytes."""
@@ -321,12 +307,13 @@ class SegmentView:
         self._maps = []
 
     def read_buffer(self, slot):
-        """`slot`'s segment: mapped read-only, or a zero-padded copy when the file is short."""
+        """`slot`'s segment: mapped read-only, or a zero-padded copy when the file
+        is short or sparse (wal/sparse.py: a mapped hole of tmpfs takes space)."""
         S = self.segment_size
         fd = os.open(slot.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             if slot.size >= S:
-                m = mmap.mmap(fd, S, access=mmap.ACCESS_READ)
+                m = sparse_copy(fd, S) or mmap.mmap(fd, S, access=mmap.ACCESS_READ)
                 self._maps.append(m)
                 return m
             buf = bytearray(S)
@@ -387,10 +374,12 @@ def scan_wal(slots, segment_size: int, from_lsn: int, cipher=None) -> dict:
     except BlockSealedSegment as e:          # a fault to report, not a reason to stop the tool
         return {"from_lsn": from_lsn, "stop_lsn": from_lsn, "records": report.records,
                 "types": types, "first": first, "gaps": report.gaps, "chain": [], "off_chain": [],
+                "torn_tail": False, "tail_bytes": 0,
                 "damage": report.damage + [{"file": e.path, "offset": 0, "lsn": None, "reason": str(e)}]}
     finally:
         view.close()
     return {"from_lsn": from_lsn, "stop_lsn": report.stop_lsn, "records": report.records,
             "types": types, "first": first, "damage": report.damage, "gaps": report.gaps,
             "chain": [{"slot": s.number, "seq": s.seq, "file": s.path} for s in end.chain],
-            "off_chain": [{"slot": s.number, "seq": s.seq, "file": s.path} for s in end.off_chain]}
+            "off_chain": [{"slot": s.number, "seq": s.seq, "file": s.path} for s in end.off_chain],
+            "torn_tail": end.torn, "tail_bytes": report.tail_bytes}

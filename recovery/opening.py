@@ -142,6 +142,9 @@ def open_store(fs, path: str, store: RecoveringStore, *, cipher, wal_options: di
               "records_replayed": replayed,
               "wal_damage": list(wal_report.damage) if wal_report else [],
               "wal_gaps": list(wal_report.gaps) if wal_report else [],
+              # a crash's unfinished records after the end of the log, cut aside (no damage)
+              "wal_tail_bytes": wal_report.tail_bytes if wal_report else 0,
+              "wal_tail_file": wal_report.tail_file if wal_report else None,
               "restore_seconds": rec.seconds, "replay_seconds": t_replay,
               "seconds": clock() - t0}
 

@@ -1,8 +1,9 @@
 """wal: the logical write-ahead log (docs/wal-format.md, docs/wal.md).
 
 `format` is the on-disk format shared by writer and reader (and the C
-encoder); `segments` owns the slot files; `reader` reads records back and
-tells a clean end from damage; `log.Wal` ties them together with the three
+encoder); `segments` owns the slot files; `reader` reads records back
+(`record` reads one) and `stop` tells a clean end or a torn tail from
+damage; `log.Wal` ties them together with the three
 durability modes and group commit; `archive` and `compact` keep trimmed
 segments, compacted, and read them back (docs/wal-archive.md). Imports only
 `diskio`, the stdlib, `crc32c` and `cramjam`.

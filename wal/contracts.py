@@ -32,7 +32,12 @@ class WalHandle(Protocol):
 
 @runtime_checkable
 class SegmentSource(Protocol):
-    """Gives the encoder the writable buffer of segment `seq`."""
+    """Gives the encoder the writable buffer of segment `seq`, and its disk space."""
 
     def segment_for(self, seq: int):
         """The buffer of segment `seq` (prepared ahead, or created now)."""
+
+    def reserve(self, seq: int, need: int) -> int:
+        """Bytes [0, need) of segment `seq` allocated on disk (`ps_py_wal_grow`,
+        when a record would pass the allocated end); the new allocated end,
+        or an OSError (ENOSPC) with nothing allocated for the record."""

@@ -16,9 +16,11 @@ Logical addresses
 Segment header (offset 0 of block 0; the rest of block 0 is zero)
    0  8  magic b"PSWALSEG"
    8  2  format version = 1
-  10  2  flags: 0 = plaintext; 2 = record-sealed (encrypted: each record's
-         payload sealed, header fields 44..69 added, wal/recseal.py);
-         1 = block-sealed, an encoding of earlier versions, refused
+  10  2  flags, bits: 2 = record-sealed (encrypted: each record's payload
+         sealed, header fields 44..69 added, wal/recseal.py); 4 = marked:
+         block headers carry the written mark (below); 1 = block-sealed, an
+         encoding of earlier versions, refused. Segments written by this
+         version have bit 4; older ones (0 or 2) are read as before.
   12  4  block size = 4096
   16  8  segment_size
   24  8  seq
@@ -31,7 +33,10 @@ Block header (offset 0 of every block >= 1)
    6  2  first_record: offset in this block of the first record that begins
          in it; 0xFFFF if a record's continuation fills the block
    8  8  block_lsn: LSN of byte 0 of this block
-  16  4  reserved = 0
+  16  4  mark: block_lsn - W, where W is the written mark when the writer
+         wrote this header: every record ending at or below W was complete
+         then (W <= block_lsn always). 0xFFFFFFFF: W unknown (too far back).
+         0 in segments without flag bit 4 (reserved there, not read).
   20  4  crc32c of bytes 0..20
 
 Record (block headers are skipped, not counted)
@@ -52,8 +57,19 @@ Validity rule
   crc32c matches, and its type is known with a payload of the right shape.
   Replay stops at the first invalid record. Moving from segment seq to seq+1
   is valid only if seq+1 has a valid header whose prev_end_lsn equals the
-  end LSN of the last valid record read. See wal/reader.py for the lookahead
-  that tells a clean end from a gap.
+  end LSN of the last valid record read.
+
+Torn tail or damage (marked segments)
+  The writer appends records one after the other and writes a block header
+  when it first enters a block, so a process killed mid-append leaves at
+  most the record it was writing incomplete, and no header written after
+  that record began carries a mark beyond its start. So at a stop at LSN x
+  the rest of the log is a torn tail (cut aside, no damage) unless the log
+  says a record at or after x was complete: a valid block header of this
+  incarnation at or after x (later blocks of the stop's segment, blocks of
+  later segments) whose mark W > x, or the record at x passing its crc (its
+  lsn field taken as x), so complete yet invalid. Either is damage.
+  Unmarked segments keep the older rule (wal/stop.py, examine_stop).
 """
 
 from __future__ import annotations
@@ -66,9 +82,9 @@ __all__ = [
     "BLOCK", "BLOCK_HDR", "BLOCK_HDR_LEN", "BLOCK_MAGIC", "CONTINUED", "FIRST_RECORD",
     "MIN_SEGMENT", "REC_HDR", "REC_HDR_LEN", "SEG_HDR", "SEG_HDR_LEN", "SEG_MAGIC",
     "VERSION", "WINDOW", "PUT", "DELETE", "COMMIT", "CHECKPOINT", "PAGE_SNAPSHOT",
-    "PAGE_DELTA", "ROLLBACK", "TYPE_NAMES", "SegmentHeader", "StreamWriter",
+    "PAGE_DELTA", "ROLLBACK", "TYPE_NAMES", "SegmentHeader", "StreamWriter", "MARKED", "NO_MARK",
     "encode_segment_header", "decode_segment_header", "encode_block_header",
-    "decode_block_header", "encode_record", "payload_put", "payload_delete",
+    "decode_block_header", "block_mark", "encode_record", "payload_put", "payload_delete",
     "payload_commit", "payload_checkpoint", "payload_rollback", "payload_well_formed",
     "physical_end", "crc32c",
 ]
@@ -81,11 +97,13 @@ BLOCK_MAGIC = 0x4C575350
 CONTINUED = 0xFFFF                  # first_record when no record begins in the block
 WINDOW = 64                         # blocks the reader looks ahead after a stop (256 KiB)
 MIN_SEGMENT = 16 * BLOCK            # the format's floor; stores use >= 1 MiB
+MARKED = 4                          # segment flag: block headers carry the written mark
+NO_MARK = 0xFFFFFFFF                # block header mark field: the mark is unknown
 
-SEG_HDR = "<8sHHIQQQI"              # magic, version, reserved, block, segment_size, seq, prev_end_lsn, crc
+SEG_HDR = "<8sHHIQQQI"              # magic, version, flags, block, segment_size, seq, prev_end_lsn, crc
 SEG_HDR_LEN = 44
 assert struct.calcsize(SEG_HDR) == SEG_HDR_LEN
-BLOCK_HDR = "<IHHQII"               # magic, version, first_record, block_lsn, reserved, crc
+BLOCK_HDR = "<IHHQII"               # magic, version, first_record, block_lsn, mark, crc
 BLOCK_HDR_LEN = 24
 assert struct.calcsize(BLOCK_HDR) == BLOCK_HDR_LEN
 REC_HDR = "<IIQB"                   # crc, length, lsn, type
@@ -110,23 +128,29 @@ _range = struct.Struct("<HH")
 
 # -- headers -------------------------------------------------------------
 class SegmentHeader:
-    """A decoded, valid segment header."""
+    """A decoded, valid segment header. `flags` is the encoding of the records
+    (0 plain, 2 record-sealed, 1 retired); `marked` says its block headers
+    carry the written mark (flag bit 4)."""
 
-    __slots__ = ("segment_size", "seq", "prev_end_lsn", "flags")
+    __slots__ = ("segment_size", "seq", "prev_end_lsn", "flags", "marked")
 
-    def __init__(self, segment_size: int, seq: int, prev_end_lsn: int, flags: int = 0):
+    def __init__(self, segment_size: int, seq: int, prev_end_lsn: int, flags: int = 0,
+                 marked: bool = False):
         self.segment_size = segment_size
         self.seq = seq
         self.prev_end_lsn = prev_end_lsn
         self.flags = flags
+        self.marked = marked
 
     def __repr__(self) -> str:
         return f"SegmentHeader(seq={self.seq}, prev_end_lsn={self.prev_end_lsn}, segment_size={self.segment_size})"
 
 
-def encode_segment_header(segment_size: int, seq: int, prev_end_lsn: int) -> bytes:
-    """The whole 4096-byte block 0 of a segment."""
-    head = _seg.pack(SEG_MAGIC, VERSION, 0, BLOCK, segment_size, seq, prev_end_lsn, 0)[:40]
+def encode_segment_header(segment_size: int, seq: int, prev_end_lsn: int, marked: bool = True) -> bytes:
+    """The whole 4096-byte block 0 of a segment (`marked=False`: as versions
+    before the written mark wrote it)."""
+    head = _seg.pack(SEG_MAGIC, VERSION, MARKED if marked else 0, BLOCK, segment_size, seq,
+                     prev_end_lsn, 0)[:40]
     return head + struct.pack("<I", crc32c(head)) + bytes(BLOCK - SEG_HDR_LEN)
 
 
@@ -139,13 +163,17 @@ def decode_segment_header(buf, offset: int = 0) -> SegmentHeader | None:
         return None
     if crc32c(bytes(buf[offset:offset + 40])) != crc:
         return None
-    return SegmentHeader(size, seq, prev, flags)
+    return SegmentHeader(size, seq, prev, flags & ~MARKED, bool(flags & MARKED))
 
 
-def encode_block_header(first_record: int, block_lsn: int) -> bytes:
+def encode_block_header(first_record: int, block_lsn: int, mark: int | None = None) -> bytes:
     """A block header (the table above) for a block at `block_lsn` whose first record starts at
-    offset `first_record`, crc included."""
-    head = _blk.pack(BLOCK_MAGIC, VERSION, first_record, block_lsn, 0, 0)[:20]
+    offset `first_record`, crc included; `mark` is the written mark W (None: an
+    unmarked segment's header, field 0)."""
+    field = 0 if mark is None else min(block_lsn - mark, NO_MARK)
+    if field < 0:
+        raise ValueError(f"written mark {mark} is past the block at {block_lsn}")
+    head = _blk.pack(BLOCK_MAGIC, VERSION, first_record, block_lsn, field, 0)[:20]
     return head + struct.pack("<I", crc32c(head))
 
 
@@ -157,6 +185,17 @@ def decode_block_header(buf, offset: int):
     if crc32c(bytes(buf[offset:offset + 20])) != crc:
         return None
     return first, block_lsn
+
+
+def block_mark(buf, offset: int) -> int | None:
+    """The written mark W of the valid block header at `offset` of a marked
+    segment, or None (no valid header, or the mark unknown)."""
+    magic, version, _first, block_lsn, field, crc = _blk.unpack_from(buf, offset)
+    if magic != BLOCK_MAGIC or version != VERSION or field == NO_MARK:
+        return None
+    if crc32c(bytes(buf[offset:offset + 20])) != crc:
+        return None
+    return block_lsn - field
 
 
 # -- records ---------------------------------------------------------------
@@ -249,10 +288,16 @@ class StreamWriter:
     With `reserve_tags` it lays each record out as a sealed one (16 zero bytes
     after the payload, counted in its length), as the C encoder does for the
     Python sealer (wal/recseal.py), which seals them before they are written.
+
+    The written mark of its block headers is `mark`: the end of the last
+    record written, or, before the first, the start position (as the C
+    encoder counts from `wal_attach`). `marked=False` writes segments as
+    versions before the mark did (flag bit 4 off, mark fields 0).
     """
 
     def __init__(self, segment_size: int, buffer, seq: int, offset: int, prev_end_lsn: int,
-                 segment_for=None, *, write_header: bool = True, reserve_tags: bool = False):
+                 segment_for=None, *, write_header: bool = True, reserve_tags: bool = False,
+                 marked: bool = True):
         if segment_size % BLOCK or segment_size < MIN_SEGMENT:
             raise ValueError(f"segment_size must be a multiple of {BLOCK} and >= {MIN_SEGMENT}")
         if offset < BLOCK or offset > segment_size:
@@ -262,10 +307,12 @@ class StreamWriter:
         self.seq = seq
         self.pos = offset
         self.end_lsn = prev_end_lsn
+        self.mark = seq * segment_size + offset
+        self.marked = marked
         self.segment_for = segment_for
         self.tag_room = bytes(16) if reserve_tags else b""
         if write_header:
-            buffer[0:BLOCK] = encode_segment_header(segment_size, seq, prev_end_lsn)
+            buffer[0:BLOCK] = encode_segment_header(segment_size, seq, prev_end_lsn, marked)
 
     def append(self, rtype: int, payload: bytes) -> tuple[int, int]:
         """Append one record; returns (lsn, end_lsn)."""
@@ -280,14 +327,15 @@ class StreamWriter:
                 raise ValueError("segment full and no segment_for callback")
             self.seq += 1
             self.buffer = self.segment_for(self.seq)
-            self.buffer[0:BLOCK] = encode_segment_header(size, self.seq, self.end_lsn)
+            self.buffer[0:BLOCK] = encode_segment_header(size, self.seq, self.end_lsn, self.marked)
             self.pos, start = BLOCK, FIRST_RECORD
         base = self.seq * size
         lsn = base + start
         rec = encode_record(rtype, lsn, payload)
         buf, o, i = self.buffer, self.pos, 0
+        mark = self.mark if self.marked else None
         if o % BLOCK == 0:
-            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN, base + o)
+            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN, base + o, mark)
             o += BLOCK_HDR_LEN
         while True:
             n = min(BLOCK - o % BLOCK, length - i)
@@ -298,10 +346,10 @@ class StreamWriter:
                 break
             rest = length - i
             first = BLOCK_HDR_LEN + rest if rest < BLOCK - BLOCK_HDR_LEN else CONTINUED
-            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(first, base + o)
+            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(first, base + o, mark)
             o += BLOCK_HDR_LEN
         self.pos = o
-        self.end_lsn = base + o
+        self.end_lsn = self.mark = base + o
         return lsn, self.end_lsn
 
     def put(self, key: bytes, value: bytes, txid: int = 0) -> tuple[int, int]:

@@ -21,6 +21,13 @@ threads of the last round are still out waits until the last of them is
 back, at most min(max_linger, the mean duration of a round): PostgreSQL's
 commit_delay/commit_siblings with the siblings counted instead of guessed.
 One thread never lingers.
+
+The C gate can also do a leader's round itself (pwrite + fdatasync of the
+segment, no GIL): the WAL registers the segments and passes `io=True`; a
+round it cannot do alone still comes back to the WAL. Its first I/O failure
+is `RoundFailed`, raised to every commit not yet durable from then on.
+Every publish of the log holds the gate's `publish_lock()`, which guards
+`published` (the C leaders publish too).
 """
 
 from __future__ import annotations
@@ -29,9 +36,21 @@ import threading
 from time import monotonic
 from typing import Callable, Protocol, runtime_checkable
 
-__all__ = ["CommitGate", "Ticket", "ThreadGate"]
+__all__ = ["CommitGate", "RoundFailed", "Ticket", "ThreadGate"]
 
 _SLICE = 0.2   # seconds a waiter sleeps before looking again (lets Ctrl-C through)
+
+
+class RoundFailed(Exception):
+    """A round written and synced in C failed: the OS error `err` (errno) on
+    segment `seq`; `acked`: the durable LSN then (the acknowledged end),
+    `handed`: the end of what may have reached the OS; `during_sync`: the
+    fdatasync failed (else the pwrite). The WAL turns it into its failure."""
+
+    def __init__(self, err: int, seq: int, acked: int, handed: int, during_sync: bool):
+        super().__init__(f"WAL segment {seq}: {'fdatasync' if during_sync else 'pwrite'} failed "
+                         f"(errno {err})")
+        self.err, self.seq, self.acked, self.handed, self.during_sync = err, seq, acked, handed, during_sync
 
 
 @runtime_checkable
@@ -44,10 +63,17 @@ class CommitGate(Protocol):
     def ticket(self):
         """This thread's ticket: `start`, `target`, `granted`."""
 
-    def wait(self, lsn: int, commit: bool, ticket) -> bool:
+    def wait(self, lsn: int, commit: bool, ticket, io: bool = False) -> bool:
         """False once `lsn` is durable; True if granted a round to lead (then
-        `done` is owed). `commit` lets a leader linger for its siblings.
-        ValueError if `lsn` is past the log's end."""
+        `done` is owed). `commit` lets a leader linger for its siblings;
+        `io`: the gate may do the round itself. ValueError if `lsn` is past
+        the log's end; `RoundFailed` after a round done by the gate failed."""
+
+    def publish_lock(self):
+        """The lock every publish holds (a context manager)."""
+
+    published: int
+    """Everything below was handed to the OS (under `publish_lock`)."""
 
     def done(self, ticket, ok: bool) -> None:
         """The leader's round ended; `ok`: [start, target) is durable. A ticket
@@ -90,6 +116,8 @@ class ThreadGate:
         self._sync_mean = self._lingered = 0.0
         self._rounds = self._grouped = self._group_max = self._round_size = 0
         self._tls = threading.local()
+        self._pub_lock = threading.Lock()
+        self.published = 0
 
     @property
     def durable(self) -> int:
@@ -97,10 +125,15 @@ class ThreadGate:
         return self._durable
 
     def reset(self, durable: int) -> None:
-        """Everything below `durable` is durable; no commit may be in flight."""
+        """Everything below `durable` is durable (and published); no commit may be in flight."""
         with self._cv:
             self._durable = self._sync_target = durable
             self._in_flight = 0
+        self.published = durable
+
+    def publish_lock(self) -> threading.Lock:
+        """The lock every publish of the log holds."""
+        return self._pub_lock
 
     def ticket(self) -> Ticket:
         """This thread's ticket (reused)."""
@@ -110,9 +143,9 @@ class ThreadGate:
             t = self._tls.ticket = Ticket()
             return t
 
-    def wait(self, lsn: int, commit: bool, ticket: Ticket) -> bool:
+    def wait(self, lsn: int, commit: bool, ticket: Ticket, io: bool = False) -> bool:
         """False once `lsn` is durable; True if granted a round to lead (`done` is then owed).
-        ValueError if `lsn` is past the log's end."""
+        ValueError if `lsn` is past the log's end. `io` is ignored: rounds are the WAL's."""
         cv = self._cv
         me = None
         with cv:

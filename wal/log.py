@@ -18,7 +18,9 @@ Durability pointers (LSNs, only growing):
              mapping *is* the page cache)
   durable    everything below survives power loss (fdatasync of the segment
              files; fdatasync releases the GIL, so concurrent leaders overlap);
-             the commit gate (wal/gate.py) holds it, `_durable` mirrors it
+             the commit gate (wal/gate.py) holds it (and `published`)
+Commit per mode and the group-commit rounds (in Python, or in C for fsync
+mode on posix files) are `Committing`'s, wal/commit.py.
 Invariants:
   (1) durable <= published <= end_lsn() on the simulator; durable <= end_lsn().
   (2) A leader syncs every segment from the one holding `durable` (as it was
@@ -35,6 +37,7 @@ from pagestore.diskio import PosixFS
 from pagestore.diskio.layout import tail_name
 
 from .archive import Archive
+from .commit import Committing
 from .gate import ThreadGate
 from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
 from .reader import RecoveryReport, SegmentMissing, scan
@@ -50,7 +53,7 @@ DEFAULT_MAX_SYNCS = 1          # group-commit leaders allowed to fdatasync at on
 _MAX_LINGER = 0.002            # seconds a leader may wait for its siblings (see Wal._flush)
 
 
-class Wal:
+class Wal(Committing):
     """The logical WAL of one store directory (see the module docstring)."""
 
     def __init__(self, fs, dirpath: str, *, mode: str = "log_only", segment_size: int = DEFAULT_SEGMENT_SIZE,
@@ -98,8 +101,13 @@ class Wal:
         # ThreadGate for a WAL used without the C core.
         self._gate = gate if gate is not None else ThreadGate(
             lambda: self._end_lsn(), self.max_syncs, _MAX_LINGER)
-        self._pub_lock = threading.Lock()
-        self._published = self._durable = self._start_lsn = 0
+        self._pub_lock = self._gate.publish_lock()
+        self._published = self._start_lsn = 0
+        # rounds written and synced in C (the module docstring)
+        self._io = (mode == "fsync" and write_path == "pwrite" and not seal_in_python
+                    and isinstance(fs, PosixFS) and hasattr(self._gate, "io_segment"))
+        if self._io:
+            self._segs.zeroing_hook = self._gate.io_zeroing
         self._started = False
         self._closed = False
         self._scan_end = None
@@ -117,6 +125,11 @@ class Wal:
         self._failure: BaseException | None = None
         self._acked_end = self._handed_end = 0   # [acked, handed): given to the OS, not acknowledged
         self.blank_failed = False  # the disk refused the zeros too: unacknowledged records may return
+        self._settled = threading.Event()   # set once the first failure's fence and blanking are done
+        # Set by the store: fence(acked_end or None) stops the encoder at the
+        # failure (it undoes what lies past acked_end, refuses later records)
+        # and returns the log's end then.
+        self.fence = None
         if mode == "fsync":
             self.commit = self._commit_fsync
         elif self._publish_needed:
@@ -135,7 +148,8 @@ class Wal:
         """Iterate the valid records from `from_lsn`; when exhausted, cut the log there.
 
         Stops at the first invalid record (warning + `recovery_report` on
-        damage or gap). After the last record: the torn tail is copied to a
+        damage or gap; a torn tail only counts its bytes, wal/stop.py).
+        After the last record: the tail is copied to a
         side file `seg-N.wal.tail-<stop lsn>`, every segment not on the replay
         chain is renamed aside the same way, the chain is fsynced, and the
         next `start()` begins a fresh segment after the stop.
@@ -168,10 +182,12 @@ class Wal:
             path = slot.path
             dst = segs.set_aside(slot, suffix)
             report.set_aside.append(dst)
+            changed = True
+            if end.torn:            # the rest of a torn tail (wal/stop.py): no damage
+                continue
             what = "has a damaged header" if slot.header is None else \
                 f"holds seq {slot.seq}, not on the log's chain ending at lsn {stop}"
             report.warn("damage", path, 0, None, f"segment file {what}; renamed to {dst}")
-            changed = True
         for slot in end.chain:
             segs.hold(slot)
             segs.sync_slot(slot)
@@ -208,6 +224,7 @@ class Wal:
                 raise ValueError(f"recovery stopped at lsn {self._scan_end.stop_lsn}, not {from_end_lsn}")
             fresh = self._scan_end.fresh_seq
         buf = self._segs.acquire(fresh)
+        self._register(fresh, buf)
         head = encode_segment_header(self.segment_size, fresh, from_end_lsn)
         buf[0:BLOCK] = seal_header(head, self.cipher) if self.cipher is not None else head
         if self._pwrite:
@@ -215,8 +232,10 @@ class Wal:
             # closed before its first record reopens after this segment).
             self._segs.publish(fresh, 0, BLOCK)
         self._released = fresh
-        self._published = self._durable = from_end_lsn
+        self._published = from_end_lsn
         self._gate.reset(from_end_lsn)
+        if self._io:
+            self._gate.io_enable(True, self.segment_size, self.direct)
         self._start_lsn = fresh * self.segment_size   # bytes written count from the fresh segment
         self._started = True
         if self.mode == "background":
@@ -226,71 +245,14 @@ class Wal:
 
     def segment_for(self, seq: int):
         """The encoder's next-segment callback: the writable buffer of segment `seq`."""
-        return self._segs.acquire(seq)
+        buf = self._segs.acquire(seq)
+        self._register(seq, buf)
+        return buf
 
-    # -- commit per mode ---------------------------------------------------------------
-    def _commit_nothing(self, lsn: int) -> None:
-        """log_only/background on posix: the record already sits in the page cache."""
-
-    def _commit_publish(self, lsn: int) -> None:
-        """log_only/background on the simulator: hand the new bytes to the OS."""
-        if lsn > self._published:
-            self._publish_upto(self._end_lsn())
-
-    def _commit_fsync(self, lsn: int) -> None:
-        """fsync: return once `lsn` is durable; concurrent callers share fsyncs."""
-        if lsn > self._durable:
-            self._flush(lsn, linger=True)
-        else:
-            self._already += 1  # covered by a round it did not wait for (unlocked: a statistic)
-
-    def flush(self, lsn: int | None = None) -> int:
-        """Make the log durable up to `lsn` (default: all written); returns the durable LSN."""
-        self._flush(self._end_lsn() if lsn is None else lsn)
-        return self._gate.durable
-
-    def _flush(self, lsn: int, linger: bool = False) -> None:
-        """Group commit: lead a sync round or wait, in the gate, for one that covers `lsn`.
-
-        The gate (wal/gate.py) elects at most `max_syncs` leaders at once; a
-        leader syncs [start, target) and reports back, whatever happened (a
-        KeyboardInterrupt included), or every later commit would wait for a
-        round no one leads. On failure every waiter retries and meets the
-        error itself as the next leader.
-        """
-        gate = self._gate
-        ticket = gate.ticket()
-        ok = False
-        try:
-            if not gate.wait(lsn, linger, ticket):
-                return
-            start, target = ticket.start, ticket.target
-            self.fs.crash_point("wal.round_elected")
-            self._sync_range(start, target)
-            ok = True
-            if target > self._durable:
-                self._durable = target
-        finally:
-            # granted is set before wait() returns: an interrupt on the way
-            # back from it still reports the round (done ignores a ticket
-            # that was not granted)
-            if ticket.granted:
-                gate.done(ticket, ok)
-        if self._pwrite and self._durable // self.segment_size > self._released:
-            self._release_written()
-
-    def _release_written(self) -> None:
-        """pwrite path: drop the buffers of segments wholly below `durable`.
-
-        They are written and synced, and the encoder has moved on. Under
-        `_pub_lock`, so no publish is reading them (a later publish starts
-        at `published` >= `durable`).
-        """
-        with self._pub_lock:
-            upto = self._durable // self.segment_size
-            if upto > self._released:
-                self._segs.release(upto)
-                self._released = upto
+    def reserve(self, seq: int, need: int) -> int:
+        """The encoder's space callback: bytes [0, need) of segment `seq` allocated
+        on disk; returns the allocated end (wal/growth.py, `Growth.reserve`)."""
+        return self._segs.reserve(seq, need)
 
     def _sync_range(self, start: int, target: int) -> None:
         if self._failure is not None:
@@ -313,22 +275,57 @@ class Wal:
 
     def _fail(self, exc: BaseException, acked_end: int) -> None:
         # the first failure wins: later ones are its consequences
+        if self._io:
+            self._gate.io_enable(False)     # no round in C after it either
         with self._pub_lock:
             first = self._failure is None
             if first:
                 self._failure, self._acked_end = exc, acked_end
                 self._handed_end = max(acked_end, self._published)
         if first:
+            self._settle()
+
+    def _settle(self) -> None:
+        # A writer that fails meanwhile asks `in_doubt` only after this: the
+        # fence may yet keep its record as acknowledged, the blanking may fail.
+        try:
+            self._fence_writers()
             self._blank_unacknowledged()
+        finally:
+            self._settled.set()
+
+    def _fence_writers(self) -> None:
+        # Nothing may be acknowledged after the failure: the writers stop here.
+        # On a mapping that is the page cache every record written until then
+        # was in the OS when its write returned, so those stay acknowledged.
+        if self.fence is None:
+            return
+        mapped = self.mode != "fsync" and not self._publish_needed
+        try:
+            end = self.fence(None if mapped else self._acked_end)
+        except Exception:  # noqa: BLE001 - the failure that started this is what is reported
+            return
+        if mapped:
+            with self._pub_lock:
+                self._acked_end = self._handed_end = max(self._acked_end, end)
 
     def _visible_end(self) -> int:
         # a posix mapping is the page cache: every written byte is out already
         return self._published if self._publish_needed else self._end_lsn()
 
     def in_doubt(self, end_lsn: int) -> bool:
-        """The record ending at `end_lsn` was handed to the OS, not acknowledged,
-        and could not be blanked: after a crash it may or may not be there."""
-        return self.blank_failed and self._acked_end < end_lsn <= self._handed_end
+        """The write of the record ending at `end_lsn` met the failure, yet the
+        record was handed to the OS: kept because the log counts what is out as
+        acknowledged (a failed sync of log_only/background), or past the
+        acknowledged end and could not be blanked. After a crash it may or may
+        not be there."""
+        if self._failure is None or end_lsn < 0:
+            return False
+        # the failing thread may still be fencing and blanking (it holds no
+        # lock a caller of this holds); its outcome decides
+        self._settled.wait(60)
+        return end_lsn <= self._acked_end or (
+            self.blank_failed and self._acked_end < end_lsn <= self._handed_end)
 
     @property
     def failure(self) -> BaseException | None:
@@ -366,7 +363,7 @@ class Wal:
                 self._published = target
         finally:
             if first_failure:
-                self._blank_unacknowledged()
+                self._settle()
 
     def _data_end(self, seq: int) -> int:
         """Offset just past segment seq's last record (from the next segment's header)."""
@@ -395,6 +392,8 @@ class Wal:
             # must be in its file before the slot is closed. A caller that
             # flushed to `lsn` (the checkpointer) makes this a no-op.
             self._publish_upto(min(lsn, self._end_lsn()))
+        if self._io:
+            self._gate.io_forget(lsn // self.segment_size)   # their files may close now
         self._segs.trim(lsn // self.segment_size)
 
     @property
@@ -409,7 +408,7 @@ class Wal:
         return {
             "wal_mode": self.mode,
             "wal_bytes_written": max(0, self._end_lsn() - self._start_lsn) if self._started else 0,
-            "wal_fsyncs": self._fsyncs,
+            "wal_fsyncs": self._fsyncs + g.get("io_fsyncs", 0),
             "wal_group_commits": rounds,
             "wal_group_size_mean": grouped / rounds if rounds else 0.0,
             "wal_group_size_max": max(g["group_max"], g["round_size"]),
@@ -422,8 +421,9 @@ class Wal:
             "wal_sealer": self.sealer,
             "wal_write_path": self.write_path,
             "wal_direct": self.direct,
-            "wal_pwrites": self._segs.pwrites,
-            "wal_pwrite_bytes": self._segs.pwrite_bytes,
+            "wal_pwrites": self._segs.pwrites + g.get("io_pwrites", 0),
+            "wal_pwrite_bytes": self._segs.pwrite_bytes + g.get("io_pwrite_bytes", 0),
+            "wal_rounds_in_c": g.get("io_rounds", 0),
         }
 
     def _blank_unacknowledged(self) -> None:
@@ -455,6 +455,7 @@ class Wal:
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join()
+        self._io_off()
         self._segs.join()
         if self._archive is not None:
             self._archive.close()
@@ -475,6 +476,7 @@ class Wal:
                 if self._failure is not None:
                     self._blank_unacknowledged()
             finally:
+                self._io_off()
                 self._segs.close()
             if self._archive is not None:
                 self._archive.close()  # lets a background compaction round finish

@@ -13,7 +13,8 @@ little-endian.
 
 Segment header additions (block 0):
     off  size  field
-    10   2     flags = 2 (SEALED_RECORDS); the header crc at 40 covers it
+    10   2     flags = 2 (SEALED_RECORDS), | 4 when marked (wal/format.py);
+               the header crc at 40 covers it
     44   1     key_id the segment's records are sealed with
     45   8     salt: random, drawn when the header is written (one per segment
                incarnation)
@@ -63,7 +64,7 @@ from __future__ import annotations
 import os
 import struct
 
-from .format import BLOCK, BLOCK_HDR_LEN, REC_HDR_LEN, SEG_HDR_LEN, crc32c
+from .format import BLOCK, BLOCK_HDR_LEN, MARKED, REC_HDR_LEN, SEG_HDR_LEN, crc32c
 
 __all__ = ["SEALED_RECORDS", "SEALED_BLOCKS", "TAG", "NoKeyError", "BlockSealedSegment", "is_record_sealed",
            "refuse_block_sealed", "seal_header", "record_opener", "RecordSealer", "MAX_SEGMENT"]
@@ -117,7 +118,8 @@ def seal_header(block0, cipher, salt: bytes | None = None) -> bytes:
     """Block 0 of a record-sealed segment from the header block `block0` (plain, or
     laid out by an encoder with reserved tags); `salt` is drawn at random unless given."""
     head = bytearray(block0[:BLOCK])
-    struct.pack_into("<H", head, 10, SEALED_RECORDS)
+    # the written-mark bit (wal/format.py) says how block headers read: kept
+    struct.pack_into("<H", head, 10, SEALED_RECORDS | (struct.unpack_from("<H", head, 10)[0] & MARKED))
     struct.pack_into("<I", head, 40, crc32c(bytes(head[:40])))
     kid = cipher.key_id
     salt = os.urandom(8) if salt is None else bytes(salt)

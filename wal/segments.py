@@ -60,6 +60,7 @@ from .growth import Growth
 from .recseal import RecordSealer
 from .slot import LiveSegment, SegmentSizeMismatch, Slot, read_slot
 from .spare import SparePreparer
+from .sparse import sparse_copy
 
 __all__ = ["Segments", "Slot", "read_slot", "slot_name", "SEALERS", "WRITE_PATHS"]
 
@@ -156,6 +157,11 @@ class Segments(SparePreparer, Growth):
         (wal/recseal.py's record_opener).
         """
         if slot.size >= self.segment_size:
+            if isinstance(self.fs, PosixFS):
+                copy = self._sparse_copy(slot)
+                if copy is not None:
+                    self._readers.append(copy)
+                    return copy
             mapping = self.fs.map(slot.path, self.segment_size)
             self._readers.append(mapping)
             return mapping.buffer
@@ -167,6 +173,14 @@ class Segments(SparePreparer, Growth):
             f.close()
         buf[:len(data)] = data
         return buf
+
+    def _sparse_copy(self, slot: Slot):
+        """A sparse slot's bytes, read without mapping its holes (wal/sparse.py), or None."""
+        f = self.fs.open(slot.path)
+        try:
+            return sparse_copy(f.fileno(), self.segment_size)
+        finally:
+            f.close()
 
     def file_bytes(self, slot: Slot, lo: int, hi: int) -> bytes:
         """Bytes [lo, hi) of `slot`'s file as on disk (cut at the file's end)."""
@@ -277,6 +291,8 @@ class Segments(SparePreparer, Growth):
         if buf is None or hi <= lo:
             return
         f = live.file
+        if hi > live.zeroing_from - BLOCK:
+            self.await_zeros(live, hi + BLOCK)   # the grower is writing zeros there (wal/growth.py)
         if self.seal_in_python:
             # Callers serialise publishes (Wal._pub_lock) and publish up to a
             # record boundary, so each record is sealed once, before any byte

@@ -57,7 +57,8 @@ def read_slot(open_file, path: str, number: int) -> Slot:
 class LiveSegment:
     """A segment handed to the writer: its slot, buffer, mapping (mmap path) and file."""
 
-    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed", "sealer", "filled")
+    __slots__ = ("slot", "mapping", "buffer", "file", "busy", "doomed", "sealer", "filled",
+                 "zeroed", "zeroing_from")
 
     def __init__(self, slot: Slot, mapping, buffer, file, sealer=None):
         self.slot = slot
@@ -68,3 +69,7 @@ class LiveSegment:
         self.doomed = False   # trimmed while busy: the last sync closes it
         self.sealer = sealer  # RecordSealer (sealer="python"), set at the first publish
         self.filled = 0       # bytes [0, filled) of the file are allocated (sizing)
+        # pwrite path: the grower has no zeros left to write below `zeroed`,
+        # and is writing some from `zeroing_from` on (wal/growth.py)
+        self.zeroed = 0
+        self.zeroing_from = float("inf")

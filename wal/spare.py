@@ -121,26 +121,32 @@ class SparePreparer:
         path = slot.path + TMP_SUFFIX if new else slot.path
         f = self._wfs.open(path, create=new, truncate=new, direct=self.direct)
         try:
+            if new:
+                fs.crash_point("wal.segment_tmp_created")
             # A slot of another kind reused by an encrypted WAL is zeroed whole:
             # plaintext records must not stay readable in a file that claims to
             # be sealed, and the other sealed layout would read as damage.
             zero_from = 0 if self.cipher is not None and not slot.blank and \
                 (slot.header is None or slot.header.flags != SEALED_RECORDS) else slot.size
             whole = self._whole or zero_from < slot.size
-            filled = P
+            filled = zeroed = P    # a reused slot's blocks were written in its earlier life
             if slot.size < P or zero_from < slot.size:
                 # Allocate, then write the zeros: on ext4 a write into a
                 # fallocated (unwritten) extent converts it in the journal,
                 # which every later fdatasync of the segment would pay for.
                 # Sparse (sizing): only the first GROW_FIRST bytes now; the
                 # size is still P, the rest is a hole the grower allocates.
-                filled = P if whole else min(P, GROW_FIRST)
+                filled = zeroed = P if whole else min(P, GROW_FIRST)
                 f.preallocate(filled)
                 for at in range(zero_from - zero_from % _ZERO_CHUNK, filled, _ZERO_CHUNK):
                     f.pwrite(_ZEROS[:min(_ZERO_CHUNK, filled - at)], at)
                 if filled < P:
                     f.truncate(max(P, slot.size))
+                if new:
+                    fs.crash_point("wal.segment_preallocated")
                 f.fsync()
+                if new:
+                    fs.crash_point("wal.segment_synced")
                 slot.size = max(slot.size, P)
             elif whole and self._progress is not None:
                 f.allocate(0, P)   # a slot reused from a sparse life: cheap where allocated
@@ -153,10 +159,11 @@ class SparePreparer:
                 self.created += 1
                 fs.crash_point("wal.segment_created")
                 fs.fsync_dir(self.dir)
+                fs.crash_point("wal.segment_dir_synced")
             if not self.pwrite_path:
                 mapping = fs.map(slot.path, S)
                 live = LiveSegment(slot, mapping, mapping.buffer, f)
-                live.filled = filled
+                live.filled = live.zeroed = filled
                 return live
             if not f.direct:
                 self._drop_cached_pages(f, reused=not new)
@@ -165,7 +172,7 @@ class SparePreparer:
             f.close()
             raise
         live = LiveSegment(slot, None, buf, f)
-        live.filled = filled
+        live.filled, live.zeroed = filled, zeroed
         return live
 
     @staticmethod

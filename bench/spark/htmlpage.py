@@ -54,6 +54,10 @@ table.iep td:first-child{text-align:left} table.iep{font-size:11.5px}
 .meta{font-size:12px;color:#444;margin:0} nav a{margin-right:14px;font-size:12.5px}
 td.v-reproduced{color:#176b1b;font-weight:600} td.v-reversed{color:#b3261e;font-weight:600}
 td.v-not{color:#8a6d00;font-weight:600}
+div.outgrowth{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start;max-width:1400px;margin:0 0 6px}
+div.outgrowth>div:first-child{flex:0 1 790px} div.outgrowth th{white-space:normal}
+div.outgrowth img{width:540px;border:1px solid #e3e3e3} div.outgrowth p.cap{max-width:540px} table.outgrowth td:nth-child(2){text-align:left}
+p.finding{font-size:12.5px;margin:3px 0 0;max-width:640px;font-weight:500}
 table.claims{max-width:1340px} table.claims td{white-space:normal} table.claims td.t{min-width:0;max-width:none} details{margin:4px 0} summary{cursor:pointer;font-size:13px}
 """
 
@@ -181,7 +185,8 @@ def render(told: dict, raw: dict, baseline: str, inputs: list) -> str:
              f"<p class='meta'>{n_rounds} interleaved rounds of each scenario's three modes; "
              f"{len(conf)} configurations in all; results: {html.escape(', '.join(inputs))}; built {now} "
              f"by Spark SQL. <a href='#claims'>Claims</a> · <a href='#charts'>Charts</a> · "
-             f"<a href='#peers'>Peers</a> · <a href='#raw'>Raw tables</a></p>",
+             f"<a href='#peers'>Peers</a> · <a href='#outgrowth'>Data outgrows memory</a> · "
+             f"<a href='#raw'>Raw tables</a></p>",
              "<p class='cap'>Each table: medians over rounds; a ratio is recovery files ÷ WAL mode within "
              "one round, shown as the median (min–max over rounds): when the spread includes 1.00 the "
              "difference is this machine's noise. Right: throughput of the three modes, checkpoints as bands.</p>"]
@@ -210,6 +215,7 @@ def render(told: dict, raw: dict, baseline: str, inputs: list) -> str:
               "<p class='cap'>ops/s per operation and pagestore ÷ peer (above 1: pagestore is faster); "
               "durable rows fsync every commit.</p>",
               html_table(peers) if len(peers) else "<p class='note'>the peers did not run in these results</p>"]
+    parts.append((told.get("outgrowth") or {}).get("html", ""))
     parts.append(told.get("servers_html") or "")
     parts.append(f"<h2 id='raw'>Raw tables</h2><p class='cap'>Baseline of the ratios: {html.escape(baseline)}.</p>")
     for key, title, note in SECTIONS:

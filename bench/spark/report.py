@@ -3,7 +3,8 @@
 The page tells IEP-113's story first: per scenario the comparison table
 (``bench.scenario_table``, from the per-round frame computed here in Spark SQL),
 its sentence and charts of the compared modes only, then IEP-113's claims with
-a verdict each (``bench.claims``), the peer stores, the torn-page comparison
+a verdict each (``bench.claims``), the peer stores, data outgrowing page memory
+(``bench.spark.report_outgrowth``), the torn-page comparison
 against PostgreSQL and InnoDB when ``bench.servers`` is present, and last the
 raw per-configuration tables, folded. Every aggregate is computed in Spark;
 only small frames (one row per configuration, round or second) reach the
@@ -21,14 +22,16 @@ from bench import claims, scenario_table
 from bench.experiment import IEP, MODES, SCENARIOS, THROTTLING
 from bench.schema import spark_ddl
 
-from . import charts, htmlpage
+from . import charts, htmlpage, report_outgrowth
 
 ABBREV = (("recovery_data", "rd"), ("compression", "codec"), ("wal_mode", "wal"),
           ("throttling", "thr"), ("op_style", "style"))
 
 _LABEL = ("concat_ws(' ', store, scenario, "
           + ", ".join(f"CASE WHEN {c} <> '' THEN concat('{a}=', {c}) END" for c, a in ABBREV)
-          + ", concat('t', CAST(threads AS STRING)))")
+          # the setting tells apart rows of one scenario that differ only in it (the torn-page
+          # systems' settings, the data-to-memory ratios of data outgrowing page memory)
+          + ", CASE WHEN setting <> '' THEN setting END, concat('t', CAST(threads AS STRING)))")
 
 # Per configuration (or per run, for a run baseline), from `summary`.
 _SUMMARY_SQL = """
@@ -333,6 +336,7 @@ def story(spark, dirs: list) -> dict:
                                                    "recovery files + lz4" + (f" (round {pr + 1})" if pr is not None else ""))
     out["peers"] = peers_table(spark)
     out["servers_html"] = servers_section(dirs)
+    out["outgrowth"] = report_outgrowth.section(spark)
     return out
 
 
@@ -356,6 +360,11 @@ def write_outputs(tables: dict, told: dict, out: str, inputs: list) -> str:
     frames["claims"] = pd.DataFrame(told["claims"], columns=["claim", "iep", "measured", "verdict", "why"])
     frames["peers"] = told["peers"]
     frames["per_round"] = told["frame"]
+    if "outgrowth" in told:
+        frames["outgrowth"] = told["outgrowth"]["table"]
+    if (told.get("outgrowth") or {}).get("chart"):
+        with open(os.path.join(out, "outgrowth.png"), "wb") as f:
+            f.write(told["outgrowth"]["chart"])
     for name, df in frames.items():
         df.to_csv(os.path.join(out, f"{name}.csv"), index=False)
         with open(os.path.join(out, f"{name}.md"), "w") as f:

@@ -1,6 +1,6 @@
-"""The two Python callbacks the C core makes, and the exceptions they keep.
+"""The Python callbacks the C core makes, and the exceptions they keep.
 
-Both run on the calling thread inside a C call that holds the core's tree
+Each runs on the calling thread inside a C call that holds the core's tree
 WRITE lock (csrc/ps_api.h, "Lock order"). So each may do I/O and may take
 the WAL segment lock (which comes after the tree lock), but must never call
 into the core (the tree lock is not recursive: it would deadlock) nor wait
@@ -26,15 +26,20 @@ class Callbacks:
     `read_page(page_id, buf)` fills a memoryview of page_size bytes with the
     page as on disk (decrypted) and raises to fail the operation;
     `wal_segment(seq)` returns the writable buffer of segment `seq` (or None:
-    no segment, the operation rolls back with PS_E_WAL_FULL). `wal_keep`
-    holds the pinned buffers of the attached segment and the one before it,
-    which the encoder may still be finishing."""
+    no segment, the operation rolls back with PS_E_WAL_FULL).
+    `wal_grow(seq, need)` makes bytes [0, need) of segment `seq` allocated on
+    disk and returns the allocated end (>= need), or raises (a full disk):
+    the encoder writes no record past it, since a shared mapping's write to
+    an unallocated page is a SIGBUS on a full disk. None: segments are whole.
+    `wal_keep` holds the pinned buffers of the attached segment and the one
+    before it, which the encoder may still be finishing."""
 
-    __slots__ = ("read_page", "wal_segment", "page_size", "tls", "wal_keep", "seg_size")
+    __slots__ = ("read_page", "wal_segment", "wal_grow", "page_size", "tls", "wal_keep", "seg_size")
 
-    def __init__(self, read_page, wal_segment, page_size):
+    def __init__(self, read_page, wal_segment, page_size, wal_grow=None):
         self.read_page = read_page
         self.wal_segment = wal_segment
+        self.wal_grow = wal_grow
         self.page_size = page_size
         self.tls = threading.local()
         self.wal_keep = []
@@ -108,6 +113,21 @@ def ps_py_wal_segment(handle, seq, base_out):
             raise ValueError(f"WAL segment {seq}: buffer of {n} bytes, need {cb.seg_size}")
         cb.wal_keep = [cb.wal_keep[-1], keep] if cb.wal_keep else [keep]
         base_out[0] = ptr
+        return 0
+    except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
+        cb.tls.exc = kept(e)
+        return -1
+
+
+@ffi.def_extern(error=-1, onerror=_late_error)
+def ps_py_wal_grow(handle, seq, need, alloc_out):
+    """A record would end at `need`, past the allocated end of segment `seq`
+    (tree write lock held): have it allocated. 0 with *alloc_out set to the
+    new allocated end, or -1 with the exception kept (the operation rolls
+    back with nothing written)."""
+    cb = ffi.from_handle(handle)
+    try:
+        alloc_out[0] = cb.seg_size if cb.wal_grow is None else cb.wal_grow(seq, need)
         return 0
     except BaseException as e:  # noqa: BLE001 - re-raised by the caller after C unwinds
         cb.tls.exc = kept(e)

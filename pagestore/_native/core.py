@@ -49,7 +49,7 @@ class Core(CheckpointHooks, SnapshotHooks):
 
     def __init__(self, page_size: int, memory_size: int, checkpoint_buffer_size: int,
                  page_reserve: int = 0, read_page=None, wal_segment=None,
-                 physical_wal: bool = False, snapshot_codec: str = "disabled"):
+                 physical_wal: bool = False, snapshot_codec: str = "disabled", wal_grow=None):
         if snapshot_codec not in SNAPSHOT_CODECS:
             raise ValueError(f"snapshot_codec must be one of {sorted(SNAPSHOT_CODECS)}, got {snapshot_codec!r}")
         if page_size < MIN_PAGE_SIZE or page_size > MAX_PAGE_SIZE or page_size & (page_size - 1):
@@ -61,7 +61,7 @@ class Core(CheckpointHooks, SnapshotHooks):
         if checkpoint_buffer_size < 0:
             raise ValueError("checkpoint_buffer_size must be >= 0")
         self.page_size = page_size
-        self._cb = Callbacks(read_page, wal_segment, page_size)
+        self._cb = Callbacks(read_page, wal_segment, page_size, wal_grow)
         self._handle = ffi.new_handle(self._cb)
         out = ffi.new("ps_core **")
         rc = lib.ps_create(page_size, memory_size, checkpoint_buffer_size, page_reserve,

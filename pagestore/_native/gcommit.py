@@ -5,19 +5,46 @@ C with the GIL released (cffi drops it around the call) until the commit's
 LSN is durable or this thread is elected to lead a round; a follower
 returns to Python once, covered. The wait is cut into slices so a main
 thread blocked in it still sees Ctrl-C.
+
+Rounds in C (`io_enable`, `io_segment`): when the WAL allows it and the
+caller passes `io=True`, an elected leader writes and syncs the round's
+blocks itself, in C, and `wait` returns False to it as to a follower: a
+durable commit is then two C calls (the core's put and this wait) and no
+Python per round. A round C cannot do alone comes back as True, for the
+WAL's own path; a C I/O failure raises `wal.gate.RoundFailed`.
 """
 
 from __future__ import annotations
 
 import threading
 
+from pagestore.wal.gate import RoundFailed
+
 from . import PS_E_NOMEM, ffi, lib
 
 __all__ = ["GroupCommit"]
 
 _DURABLE, _LEAD, _AGAIN, _PAST_END = lib.PS_GC_DURABLE, lib.PS_GC_LEAD, lib.PS_GC_AGAIN, lib.PS_GC_PAST_END
-_FIRST, _LINGER = lib.PS_GC_FIRST, lib.PS_GC_LINGER
+_IO_FAILED = lib.PS_GC_IO_FAILED
+_FIRST, _LINGER, _IO = lib.PS_GC_FIRST, lib.PS_GC_LINGER, lib.PS_GC_IO
 _SLICE_NS = 200_000_000
+
+
+class _PublishLock:
+    """The group's publish lock (a C mutex the C leaders take too), as a context manager."""
+
+    __slots__ = ("_g",)
+
+    def __init__(self, g):
+        self._g = g
+
+    def __enter__(self):
+        lib.ps_gc_pub_lock(self._g)      # GIL released while it waits
+        return self
+
+    def __exit__(self, *exc):
+        lib.ps_gc_pub_unlock(self._g)
+        return False
 
 
 class GroupCommit:
@@ -33,7 +60,11 @@ class GroupCommit:
         self._owner = owner
         self._end = end_ptr
         self._g = ffi.gc(out[0], lib.ps_gc_destroy)
+        self._durable = lib.ps_gc_durable_ptr(self._g)
         self._tls = threading.local()
+        self._bufs: dict = {}            # seq -> the registered buffer's cffi view (kept alive)
+        self._bufs_lock = threading.Lock()
+        self._pub_lock = _PublishLock(self._g)
         self.max_syncs = max(1, max_syncs)
 
     @classmethod
@@ -42,7 +73,7 @@ class GroupCommit:
         return cls(ffi.addressof(core.signals[0], "wal_end_lsn"), owner=core, **kw)
 
     def reset(self, durable: int) -> None:
-        """Everything below `durable` is durable; no commit may be in flight."""
+        """Everything below `durable` is durable (and published); no commit may be in flight."""
         lib.ps_gc_reset(self._g, durable)
 
     def ticket(self):
@@ -54,10 +85,12 @@ class GroupCommit:
             t = self._tls.ticket = ffi.new("ps_gc_ticket *")
             return t
 
-    def wait(self, lsn: int, commit: bool, ticket) -> bool:
+    def wait(self, lsn: int, commit: bool, ticket, io: bool = False) -> bool:
         """False once `lsn` is durable; True if this thread leads a round
-        ([ticket.start, ticket.target)); ValueError past the log's end."""
-        g, flags = self._g, _FIRST | _LINGER if commit else _FIRST
+        ([ticket.start, ticket.target)) that Python must do; ValueError past
+        the log's end; `RoundFailed` after a round written in C failed.
+        `io`: a round this thread leads may be written and synced in C."""
+        g, flags = self._g, (_FIRST | _LINGER if commit else _FIRST) | (_IO if io else 0)
         rc = lib.ps_gc_wait(g, lsn, flags, _SLICE_NS, ticket)
         while rc == _AGAIN:
             rc = lib.ps_gc_wait(g, lsn, flags & ~_FIRST, _SLICE_NS, ticket)
@@ -65,6 +98,8 @@ class GroupCommit:
             return False
         if rc == _LEAD:
             return True
+        if rc == _IO_FAILED:
+            raise self.failure()
         raise ValueError(f"lsn {lsn} is past the end of the log {self._end[0]}")
 
     def done(self, ticket, ok: bool) -> None:
@@ -75,11 +110,104 @@ class GroupCommit:
     @property
     def durable(self) -> int:
         """Everything below is durable."""
-        return lib.ps_gc_durable(self._g)
+        return self._durable[0]
+
+    def durable_cell(self):
+        """The durable LSN's C cell (`const volatile uint64_t *`, only grows),
+        for C code that reads it without a call: in fsync mode it is the
+        acknowledged end."""
+        return self._durable
+
+    # -- rounds in C -----------------------------------------------------------
+    def io_enable(self, on: bool, segment_size: int = 0, direct: bool = False) -> None:
+        """Let leaders that pass io=True do their rounds in C (segments of
+        `segment_size`, O_DIRECT files if `direct`); off waits for rounds in flight."""
+        if lib.ps_gc_io_enable(self._g, 1 if on else 0, segment_size, 1 if direct else 0):
+            raise ValueError(f"bad segment size {segment_size} for rounds in C")
+
+    def io_segment(self, seq: int, fd: int, buffer) -> None:
+        """Register segment `seq`: its file descriptor and the writable buffer
+        the encoder fills (kept alive here until forgotten)."""
+        view = ffi.from_buffer(buffer, require_writable=True)
+        if lib.ps_gc_io_segment(self._g, seq, fd, ffi.cast("uint8_t *", view)):
+            raise ValueError(f"cannot register WAL segment {seq} (fd {fd})")
+        with self._bufs_lock:
+            self._bufs = {s: v for s, v in self._bufs.items() if s > seq - 2}
+            self._bufs[seq] = view
+
+    def io_zeroing(self, seq: int, on: bool) -> None:
+        """The WAL's grower writes zeros ahead in segment `seq` (or stopped):
+        meanwhile that segment's rounds go to the WAL's own path."""
+        lib.ps_gc_io_zeroing(self._g, seq, 1 if on else 0)
+
+    def io_forget(self, before_seq: int = 2**64 - 1) -> None:
+        """Forget the registered segments below `before_seq` (all by default),
+        once no C round uses them: their buffers and files may then go."""
+        lib.ps_gc_io_forget(self._g, min(before_seq, 2**64 - 1))
+        with self._bufs_lock:
+            self._bufs = {s: v for s, v in self._bufs.items() if s >= before_seq}
+
+    def publish_lock(self) -> _PublishLock:
+        """The lock every publish of the log holds (C rounds take it too)."""
+        return self._pub_lock
+
+    @property
+    def published(self) -> int:
+        """Everything below was handed to the OS (read and set under `publish_lock`)."""
+        return lib.ps_gc_published(self._g)
+
+    @published.setter
+    def published(self, lsn: int) -> None:
+        lib.ps_gc_set_published(self._g, lsn)
+
+    def failure(self) -> RoundFailed | None:
+        """The first failure of a round written in C, or None."""
+        f = ffi.new("ps_gc_io_failure *")
+        lib.ps_gc_io_failure_get(self._g, f)
+        if not f.err:
+            return None
+        return RoundFailed(f.err, f.seq, f.acked, f.handed, bool(f.during_sync))
+
+    # -- the asyncio syncer -------------------------------------------------------
+    def syncer(self, efd: int, slice_s: float, ticket) -> str:
+        """Run the syncer (ps_gc_syncer) until it has something for Python:
+        "again" (the slice ran out idle), "lead" (a round for Python: do it,
+        then `done`), "stopped"; raises `RoundFailed`."""
+        rc = lib.ps_gc_syncer(self._g, efd, int(slice_s * 1e9), ticket)
+        if rc == _AGAIN:
+            return "again"
+        if rc == _LEAD:
+            return "lead"
+        if rc == _DURABLE:
+            return "stopped"
+        raise self.failure() or RoundFailed(5, 0, self.durable, self.durable, False)
+
+    def kick(self) -> None:
+        """Wake the syncer: a write wants to be durable."""
+        lib.ps_gc_kick(self._g)
+
+    def go(self) -> None:
+        """The writers the syncer's last round released have written again:
+        its next round may start (it lingers for this, as a leader does)."""
+        lib.ps_gc_go(self._g)
+
+    def syncer_idle_cell(self):
+        """The syncer's "asleep" flag (`const volatile int *`): a writer that
+        reads it after its write calls `kick` only when it is set."""
+        return lib.ps_gc_syncer_idle_ptr(self._g)
+
+    def syncer_stop(self, stop: bool = True) -> None:
+        """Ask the syncer to make everything written durable and return (or allow it to run again)."""
+        lib.ps_gc_syncer_stop(self._g, 1 if stop else 0)
 
     def stats(self) -> dict:
-        """rounds, grouped, group_max, round_size, lingered (seconds), waiting."""
+        """rounds, grouped, group_max, round_size, lingered (seconds), waiting,
+        and the rounds done in C: io_rounds, io_fsyncs, io_pwrites, io_pwrite_bytes."""
         s = ffi.new("ps_gc_stats *")
         lib.ps_gc_stats_get(self._g, s)
+        io = ffi.new("ps_gc_io_stats *")
+        lib.ps_gc_io_stats_get(self._g, io)
         return {"rounds": s.rounds, "grouped": s.grouped, "group_max": s.group_max,
-                "round_size": s.round_size, "lingered": s.lingered_ns / 1e9, "waiting": s.waiting}
+                "round_size": s.round_size, "lingered": s.lingered_ns / 1e9, "waiting": s.waiting,
+                "io_rounds": io.rounds, "io_fsyncs": io.fsyncs, "io_pwrites": io.pwrites,
+                "io_pwrite_bytes": io.pwrite_bytes}

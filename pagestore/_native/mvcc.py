@@ -43,6 +43,32 @@ class SnapshotHooks:
             self._snap_raise(r)
         return r
 
+    def keep_unacknowledged(self, cell=None, owner=None) -> None:
+        """From now on every write keeps its before-image until the acknowledged
+        end covers its record, so `fence` can undo it (undolog.c). The end is
+        read from `cell` (a uint64 pointer that only grows, kept alive by
+        `owner`, e.g. the group commit's durable LSN), else advanced by `acknowledge`."""
+        # C reads the cell for as long as the core lives: hold what owns it
+        self._acked = ffi.new("uint64_t *") if cell is None else ffi.cast("uint64_t *", cell)
+        self._acked_owner = owner
+        rc = lib.ps_undo_keep(self._c, self._acked)
+        if rc:
+            self._raise(rc)
+
+    def acknowledge(self, lsn: int) -> None:
+        """Every write whose records end at or before `lsn` is acknowledged by the log."""
+        acked = self._acked
+        if lsn > acked[0]:      # unlocked: a racing smaller store only keeps images longer
+            acked[0] = lsn
+
+    def fence(self, acked_end: int | None) -> int:
+        """The log failed: undo every write whose records end past `acked_end`
+        (None: none) and refuse writes from now on; returns the WAL's end then."""
+        r = lib.ps_wal_fence(self._c, (1 << 64) - 1 if acked_end is None else acked_end)
+        if r < 0:
+            self._raise(r)
+        return r
+
     def snap_close(self, snap: int) -> None:
         """End a snapshot (too old or not); a store closed meanwhile already ended it."""
         lib.ps_snap_close(self._c, snap)

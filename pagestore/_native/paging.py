@@ -51,14 +51,15 @@ def file_header_info(head):
             "checkpoint_id": _CHECKPOINT_ID.unpack_from(head, PH_CHECKPOINT_ID)[0]}
 
 
-def pwrite_pages(fd: int, page_ids, images, page_size: int) -> int:
+def pwrite_pages(fd: int, page_ids, images, page_size: int, path: str | None = None) -> int:
     """Write page images in place through `fd`, without the GIL (pagemem.c); bytes
-    written. Raises OSError (with errno) on a failed write; ids must ascend."""
+    written. Raises OSError (with errno, and `path` as its filename: the file
+    `fd` writes) on a failed write; ids must ascend."""
     ids, n = u64_array(page_ids)
     with ids, ffi.from_buffer(images) as src:
         if len(src) < n * page_size:
             raise ValueError(f"images hold {len(src)} bytes, {n} pages need {n * page_size}")
         got = lib.ps_pwrite_pages(int(fd), ids, n, src, page_size)
     if got < 0:
-        raise OSError(int(-got), os.strerror(int(-got)))
+        raise OSError(int(-got), os.strerror(int(-got)), path)
     return int(got)

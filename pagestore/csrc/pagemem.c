@@ -147,6 +147,11 @@ int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *im
         total += (int64_t)len;
         i = j;
     }
+    /* No sync_file_range here, unlike the recovery files: these writes are
+     * scattered, so starting their write-back makes each chunk wait for the
+     * device's random-write rate, and a page is released (evictable) only
+     * after its chunk returns.  Measured with 32 MiB of page memory, 500 k
+     * random inserts: 13.3 s of page writes against 3.8 s without it. */
     return total;
 }
 

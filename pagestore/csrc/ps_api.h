@@ -10,7 +10,10 @@
  *   CALLS     which Python callbacks it may make (they run on the caller's
  *             thread with the tree WRITE lock held): read_page (a page miss,
  *             unless ps_set_page_fd's fd serves it), wal_segment (the WAL
- *             segment is full and the next one is needed);
+ *             segment is full and the next one is needed), wal_grow (a
+ *             record would pass the segment's allocated end: the WAL
+ *             allocates further or raises; every call that may append a
+ *             WAL record may make it);
  *   RETURNS   what the result means (PS_E_* are negative);
  *   OWNS      who owns each pointer and for how long.
  *
@@ -330,7 +333,7 @@ int ps_set_snapshot_codec(ps_core *c, int codec);
  * with the operation rolled back completely (nothing of it visible; a
  * batch's records end in a ROLLBACK record), PS_E_NOMEM (page memory full of dirty or
  * in-checkpoint pages), PS_E_CKPT_FULL (ps_blocked_page names the page),
- * PS_E_WAL_FULL (wal_segment had no segment), PS_E_IO (a callback raised),
+ * PS_E_WAL_FULL (wal_segment had no segment, or wal_grow no space), PS_E_IO (a callback raised),
  * PS_E_CORRUPT (ps_bad_page).  Keys, values and ops are the caller's, read
  * during the call only.  apply_batch's ops are packed entries (u8 op 1 put /
  * 2 delete, u32 klen, u32 vlen, key, value), applied atomically under txid
@@ -401,6 +404,18 @@ int64_t ps_snap_scan(ps_core *c, uint64_t id, const char *lo, size_t lolen, int 
 int64_t ps_snap_count(ps_core *c, uint64_t id);
 /* LOCK read.  Fills *info.  RETURNS PS_OK, PS_E_CLOSED. */
 int ps_snap_stats(ps_core *c, ps_snap_info *info);
+/* LOCK write.  From now on every write keeps its before-image, stamped with
+ * the end of its last WAL record, until that end is <= *acked (the log's
+ * acknowledged end, which the caller advances).  OWNS nothing: *acked is the
+ * caller's and must outlive the core.  RETURNS PS_OK, PS_E_NOMEM, PS_E_CLOSED. */
+int ps_undo_keep(ps_core *c, const uint64_t *acked);
+/* LOCK write.  CALLS read_page.  The log failed: puts back, newest first, the
+ * before-image of every write whose records end past acked (kept since
+ * ps_undo_keep), and refuses every later put, delete and batch (PS_E_IO,
+ * nothing applied), in one hold.  RETURNS the WAL's end LSN at the fence,
+ * PS_E_NOMEM / PS_E_CKPT_FULL (an undo found no room: left half done),
+ * PS_E_CLOSED. */
+int64_t ps_wal_fence(ps_core *c, uint64_t acked);
 /* LOCK write.  CALLS read_page, wal_segment.  ps_apply_batch, applied only if
  * no key the transaction read was written after snapshot id, checked in the
  * same hold.  reads: entries u8 kind; 1 (a key): u32 klen, key; 2 (a range

@@ -51,8 +51,11 @@ typedef struct ps_gc_stats {
 #define PS_GC_AGAIN 2       /* the slice ran out: call again (lets Python see signals) */
 #define PS_GC_PAST_END 3    /* lsn is past the log's end: a caller's error */
 
+#define PS_GC_IO_FAILED 4   /* the round's I/O failed in C (now or earlier): ps_gc_io_failure */
+
 #define PS_GC_FIRST 1       /* the commit's first call (counts it back from its last round) */
 #define PS_GC_LINGER 2      /* a commit: may linger for its siblings when leading */
+#define PS_GC_IO 4          /* the caller lets a round it leads be written and synced in C */
 
 /* A group over the log whose end LSN is *end_lsn (read without a lock: it
  *   only grows, and every byte below it is written).
@@ -80,6 +83,122 @@ int ps_gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps_gc_
  * caller's ps_gc_wait; a ticket not granted (or reported already) is ignored. */
 void ps_gc_done(ps_gcommit *g, ps_gc_ticket *t, int ok);
 
-/* The durable LSN, and the counters.  LOCK the group's, briefly. */
-uint64_t ps_gc_durable(ps_gcommit *g);
+/* The counters.  LOCK the group's, briefly. */
 void ps_gc_stats_get(ps_gcommit *g, ps_gc_stats *out);
+
+/* ---- Rounds written and synced in C ---------------------------------------
+ * When the WAL enables it (posix files, the pwrite write path, records not
+ * sealed in Python, fsync mode) and a caller passes PS_GC_IO, the thread
+ * elected leader does the round itself, without returning to Python: it
+ * pwrites [published, target) of the segment from the segment's buffer (the
+ * 4 KiB blocks covering it, as the WAL's publish does) under the publish
+ * lock, fdatasyncs the segment's file, and reports the round (ps_gc_done's
+ * work), so ps_gc_wait returns PS_GC_DURABLE to it as to a follower.  A
+ * round C cannot do alone (its range spans two segments, or a segment not
+ * registered) is handed to Python as PS_GC_LEAD, as without PS_GC_IO.
+ *
+ * Failure: the first failed pwrite or fdatasync is kept (errno, segment,
+ * the acknowledged end = durable when it failed, the end handed to the OS),
+ * C rounds stop for good, and every commit not yet durable gets
+ * PS_GC_IO_FAILED from then on, whichever path it asked for: a second
+ * fdatasync could succeed after the first lost the bytes (PostgreSQL's
+ * fsync finding), so nothing is acknowledged after a failure.
+ *
+ * Segments: the WAL registers each segment the encoder writes (its fd and
+ * buffer); a round pins the registration it uses (busy count), and
+ * ps_gc_io_forget waits for those rounds before the WAL frees the buffer or
+ * closes the file.  Two registrations at a time (seq and seq + 1).
+ *
+ * Publish lock: serialises every publish (C leaders and the WAL's Python
+ * publishes) and guards `published`.  Never held while waiting for the
+ * group's mutex to be released by a sleeping thread: lock order group mutex
+ * -> nothing; publish lock -> nothing; a C leader takes them one at a time. */
+
+typedef struct ps_gc_io_stats {
+    uint64_t fsyncs;        /* fdatasyncs issued by C rounds */
+    uint64_t pwrites;       /* pwrite calls of C rounds */
+    uint64_t pwrite_bytes;  /* bytes they wrote */
+    uint64_t rounds;        /* rounds done in C */
+} ps_gc_io_stats;
+
+typedef struct ps_gc_io_failure {
+    int err;                /* errno of the first failure; 0: none */
+    int during_sync;        /* 1: fdatasync failed, 0: pwrite failed */
+    uint64_t seq;           /* the segment being written or synced */
+    uint64_t acked;         /* the durable LSN when it failed */
+    uint64_t handed;        /* end of what may have reached the OS */
+} ps_gc_io_failure;
+
+/* Let C do rounds (on != 0) over segments of `segment_size` bytes; `direct`:
+ * the files are O_DIRECT (publish from the block boundary below).  Turning
+ * it off waits for C rounds in flight.  LOCK the group's.  RETURNS 0, PS_E_ARG. */
+int ps_gc_io_enable(ps_gcommit *g, int on, uint64_t segment_size, int direct);
+
+/* Register segment `seq`: its file descriptor and the buffer the encoder
+ * writes it into (segment_size bytes).  Replaces the registration of seq - 2
+ * (waits for rounds using it).  LOCK the group's.  RETURNS 0, PS_E_ARG. */
+int ps_gc_io_segment(ps_gcommit *g, uint64_t seq, int fd, uint8_t *buf);
+
+/* The WAL's grower is writing zeros ahead in segment `seq` (on != 0) or has
+ * stopped: while it is, C hands that segment's rounds to Python (whose
+ * publish waits for the zeros).  The flag is read under the group's mutex
+ * with the round's target, so a round that missed it read its target before
+ * the grower read the writer's end, and writes below the zeros.  LOCK the group's. */
+void ps_gc_io_zeroing(ps_gcommit *g, uint64_t seq, int on);
+
+/* Forget every registered segment below `seq` (all: UINT64_MAX), waiting
+ * for the C rounds that use them.  LOCK the group's (released while waiting). */
+void ps_gc_io_forget(ps_gcommit *g, uint64_t before_seq);
+
+/* Take the publish lock, which guards `published` and serialises every
+ * publish.  LOCK the publish lock (blocks; the binding releases the GIL). */
+void ps_gc_pub_lock(ps_gcommit *g);
+/* LOCK releases the publish lock.  REQUIRES the caller holds it. */
+void ps_gc_pub_unlock(ps_gcommit *g);
+/* Everything below was handed to the OS.  LOCK none.  REQUIRES the caller
+ * holds the publish lock (or no round can run). */
+uint64_t ps_gc_published(ps_gcommit *g);
+/* LOCK none.  REQUIRES the caller holds the publish lock (or no round can run). */
+void ps_gc_set_published(ps_gcommit *g, uint64_t published);
+
+/* The durable LSN's cell, for lock-free reads (only grows; 8-byte aligned).
+ * LOCK none.  OWNS the group's: valid until ps_gc_destroy. */
+const volatile uint64_t *ps_gc_durable_ptr(ps_gcommit *g);
+
+/* The first C I/O failure (out->err 0: none); counters of C rounds.
+ * LOCK the group's, briefly. */
+void ps_gc_io_failure_get(ps_gcommit *g, ps_gc_io_failure *out);
+void ps_gc_io_stats_get(ps_gcommit *g, ps_gc_io_stats *out);
+
+/* ---- The asyncio syncer ------------------------------------------------
+ * LOCK the group's (released while asleep and during a round's I/O).
+ * One thread (pagestore.aio's) runs ps_gc_syncer: whenever the log's end is
+ * past the durable LSN it makes everything written durable, as a committer
+ * of the end LSN would (rounds in C; PS_GC_IO implied), and after each
+ * round that advanced the durable LSN adds 1 to the eventfd `efd`, which
+ * the event loop watches: one wake-up of the loop per group, and no GIL
+ * taken by the syncer.  Between rounds it sleeps until ps_gc_kick, or
+ * slice_ns.  RETURNS PS_GC_AGAIN when the slice ran out with nothing to do
+ * (lets Python look at its state), PS_GC_LEAD when a round must be done in
+ * Python (*t granted: do it, ps_gc_done, then call again), PS_GC_IO_FAILED,
+ * or PS_GC_DURABLE once stopped (ps_gc_syncer_stop) with everything written
+ * before the stop durable.  After a round it lingers for ps_gc_go.
+ * CALLS write(2) on efd. */
+int ps_gc_syncer(ps_gcommit *g, int efd, uint64_t slice_ns, ps_gc_ticket *t);
+/* Wake the syncer (a write wants durability).  LOCK none unless the syncer
+ * sleeps (then the group's, briefly). */
+void ps_gc_kick(ps_gcommit *g);
+/* The loop has run the writers the syncer's last round released (their
+ * next writes are in the log): the syncer's next round may start.  Until
+ * then, or at most min(max_linger, the mean round), the syncer lingers, as
+ * a committing leader does for its siblings, so a round does not start with
+ * the first of them alone.  LOCK the group's, briefly. */
+void ps_gc_go(ps_gcommit *g);
+
+/* The syncer's "asleep" flag, for a caller that calls ps_gc_kick only when
+ * it is set (a read instead of a call per write).  LOCK none.  OWNS the
+ * group's: valid until ps_gc_destroy. */
+const volatile int *ps_gc_syncer_idle_ptr(ps_gcommit *g);
+/* stop != 0: ask the syncer to make what is written durable and return;
+ * 0: let a syncer run again (a new one).  LOCK the group's, briefly. */
+void ps_gc_syncer_stop(ps_gcommit *g, int stop);

@@ -189,6 +189,8 @@ struct ps_core {
     uint64_t wal_rec_left;  /* bytes of the record being written not yet placed */
     int wal_unmap;          /* segments are shared file mappings: drop written ranges (walenc.c) */
     uint64_t wal_unmapped;  /* [0, this) of the attached segment is no longer mapped */
+    uint64_t wal_alloc_end; /* [0, this) of the attached segment has disk blocks: no record
+                             * goes past it before ps_py_wal_grow moved it (walenc.c) */
     uint64_t wal_rec_total;
     void *seal_ctx;         /* EVP AES-256-GCM context keyed for sealed records, or NULL */
     uint8_t seal_key_id;
@@ -229,6 +231,7 @@ uint32_t ps_page_crc(const uint8_t *page, uint32_t page_size);
 /* callbacks implemented in Python (extern "Python+C" in the cdef) */
 int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);
 int ps_py_wal_segment(void *handle, uint64_t seq, uint8_t **base_out);
+int ps_py_wal_grow(void *handle, uint64_t seq, uint64_t need, uint64_t *alloc_out);
 
 /* The core lock, taken with a short spin before sleeping.  Every hold is
  * short (one operation, or one page copied by a checkpoint writer), but a

@@ -17,6 +17,15 @@
  * the bound the caller passes, the oldest live snapshots are marked too old
  * and the entries only they needed are freed: writes never wait or fail for
  * a snapshot.
+ *
+ * The same log undoes writes the WAL did not acknowledge.  Where a write is
+ * applied before its commit can fail (fsync mode, a WAL that publishes with
+ * pwrite), ps_undo_keep has every write keep its before-image, snapshots or
+ * not, stamped with the end of its last record, until the log acknowledges
+ * that end.  When the log fails, ps_wal_fence puts back, newest first, every
+ * before-image of a write past the acknowledged end and refuses writes from
+ * then on, in one hold of the lock: a write that raised leaves no trace in
+ * memory, and none is applied after the store saw the error.
  */
 
 #include "undolog.h"
@@ -74,6 +83,7 @@ static int append(struct mv_state *m, uint64_t seq, uint32_t hash, uint8_t *data
     x->klen = klen;
     x->vlen = vlen;
     x->data = data;
+    x->lsn = UINT64_MAX;
     uint64_t *slot = &m->buckets[hash & (m->nbuckets - 1)];
     x->next = *slot;
     *slot = e + 1;
@@ -98,7 +108,9 @@ void undo_trim(struct mv_state *m) {
     uint64_t min = UINT64_MAX;
     for (uint32_t i = 0; i < m->nsnaps; i++)
         if (m->snaps[i].state == SNAP_LIVE && m->snaps[i].seq < min) min = m->snaps[i].seq;
-    while (m->head < m->tail && ent(m, m->head)->seq <= min) drop_head(m);
+    uint64_t acked = m->acked ? __atomic_load_n(m->acked, __ATOMIC_ACQUIRE) : UINT64_MAX;
+    while (m->head < m->tail && ent(m, m->head)->seq <= min && ent(m, m->head)->lsn <= acked)
+        drop_head(m);
 }
 
 const mv_entry *undo_find(const struct mv_state *m, const uint8_t *k, uint32_t kl, uint32_t h,
@@ -129,7 +141,8 @@ uint64_t undo_first_after(const struct mv_state *m, uint64_t s) {
 
 int mv_capture(ps_core *c, const char *key, size_t klen, int is_delete) {
     struct mv_state *m = c->mv;
-    if (!m->live || klen > c->max_key) return 0;
+    if (m->refused) return set_err(c, PS_E_IO, "writes are refused: the store failed earlier (its log or a checkpoint)");
+    if ((!m->live && !m->acked) || klen > c->max_key) return 0;
     uint8_t small[512];
     int64_t n = bt_get(c, (const uint8_t *)key, klen, small, sizeof small, 1);
     unpin_op_all(c);
@@ -157,7 +170,13 @@ void mv_op_done(ps_core *c, int committed) {
         while (m->tail > m->head && ent(m, m->tail - 1)->seq == m->seq + 1) drop_tail(m);
         return;
     }
+    /* the op's entries are the newest: stamp them with the end of its records */
+    for (uint64_t e = m->tail; e > m->head && ent(m, e - 1)->seq == m->seq + 1; e--)
+        ent(m, e - 1)->lsn = c->sig.wal_end_lsn;
     m->seq++;
+    if (m->acked && m->head < m->tail &&
+        ent(m, m->head)->lsn <= __atomic_load_n(m->acked, __ATOMIC_ACQUIRE))
+        undo_trim(m);
     /* Over the bound: the oldest live snapshots go, never the write. */
     while (m->bytes > m->limit && m->live) {
         uint32_t old = UINT32_MAX;
@@ -169,6 +188,43 @@ void mv_op_done(ps_core *c, int committed) {
         m->too_old++;
         undo_trim(m);
     }
+}
+
+int ps_undo_keep(ps_core *c, const uint64_t *acked) {
+    core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
+    struct mv_state *m = c->mv;
+    int rc = PS_OK;
+    if (!m && !(m = c->mv = calloc(1, sizeof *m))) rc = PS_E_NOMEM;
+    else m->acked = acked;
+    pthread_rwlock_unlock(&c->lock);
+    return rc;
+}
+
+int64_t ps_wal_fence(ps_core *c, uint64_t acked) {
+    core_wrlock(c);
+    PS_REFUSE_IF_CLOSED(c);
+    struct mv_state *m = c->mv;
+    int rc = 0;
+    if (!m && !(m = c->mv = calloc(1, sizeof *m))) rc = PS_E_NOMEM;
+    if (!rc) m->refused = 1;
+    while (!rc && m->tail > m->head && ent(m, m->tail - 1)->lsn > acked) {
+        mv_entry *x = ent(m, m->tail - 1);
+        op_begin(c, 1);
+        rc = x->vlen < 0 ? bt_delete(c, x->data, x->klen, 0, NULL)
+                         : bt_put(c, x->data, x->klen, x->data + x->klen, (size_t)x->vlen, 0, NULL);
+        if (rc == PS_E_NOT_FOUND) rc = 0;
+        unpin_op_all(c);
+        if (rc) {
+            op_rollback(c);
+            break;
+        }
+        op_commit(c);
+        drop_tail(m);
+    }
+    int64_t end = (int64_t)c->sig.wal_end_lsn;
+    pthread_rwlock_unlock(&c->lock);
+    return rc ? rc : end;
 }
 
 void mv_free(ps_core *c) {

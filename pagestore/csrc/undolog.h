@@ -11,6 +11,7 @@ typedef struct mv_entry {
     uint32_t hash, klen;
     int64_t vlen;        /* -1: the key was absent before the write */
     uint8_t *data;       /* klen key bytes, then vlen value bytes (malloc'd) */
+    uint64_t lsn;        /* end of the write's last WAL record (UINT64_MAX until it ends) */
 } mv_entry;
 
 typedef struct mv_snap {
@@ -35,6 +36,11 @@ struct mv_state {
     mv_snap *snaps;
     uint32_t nsnaps, live;
     uint64_t bytes, limit, too_old;
+    /* ps_undo_keep: before-images are kept, snapshots or not, until the log
+     * acknowledges their write (lsn <= *acked), so a write whose commit failed
+     * can be undone (ps_wal_fence); `refused`: the log failed, writes refused */
+    const uint64_t *acked;
+    int refused;
 };
 
 static inline mv_entry *ent(struct mv_state *m, uint64_t e) { return &m->ents[e - m->base]; }

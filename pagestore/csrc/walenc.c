@@ -4,8 +4,11 @@
  *   segment header (block 0): magic "PSWALSEG" @0, version u16 @8, flags u16 @10,
  *     block size u32 @12, segment_size u64 @16, seq u64 @24,
  *     prev_end_lsn u64 @32, crc32c(0..40) u32 @40; rest of block 0 zero
+ *     flags: MARK_FLAG always, SEAL_FLAG when sealing
  *   block header (every block >= 1): magic 0x4C575350 u32 @0, version u16 @4,
- *     first_record u16 @6, block_lsn u64 @8, 0 u32 @16, crc32c(0..20) u32 @20
+ *     first_record u16 @6, block_lsn u64 @8, mark u32 @16, crc32c(0..20) u32 @20
+ *     mark = block_lsn - W (saturating at 0xFFFFFFFF = unknown), W = the end
+ *     of the last complete record when the header is written (sig.wal_end_lsn)
  *   record: crc32c(bytes 4..len) u32 @0, len u32 @4, lsn u64 @8, type u8 @16,
  *     payload @17; block headers inside a record are skipped, not counted
  *
@@ -27,6 +30,11 @@
 #define BLK PS_WAL_BLOCK
 #define BHDR PS_WAL_BLOCK_HDR
 #define SEAL_FLAG 2
+/* Block headers carry the written mark: a process killed mid-append leaves
+ * no header whose mark passes the record it was writing, so the reader can
+ * tell that torn tail from damage to a complete record (docs/wal-format.md). */
+#define MARK_FLAG 4
+#define ENCODING(flags) ((flags) & 3)   /* the flag bits that say how records are stored */
 #define TAG 16
 #define SEG_AAD "pagestore/walseg/v2" /* with its NUL: 20 bytes */
 #define SEG_SEAL_END 45
@@ -55,7 +63,7 @@ static int write_seg_header(ps_core *c, uint8_t *base, uint64_t seq, uint64_t pr
     memset(base, 0, BLK);
     memcpy(base, "PSWALSEG", 8);
     wr16(base + 8, 1);
-    wr16(base + 10, SEALING(c) ? SEAL_FLAG : 0);
+    wr16(base + 10, (SEALING(c) ? SEAL_FLAG : 0) | MARK_FLAG);
     wr32(base + 12, BLK);
     wr64(base + 16, c->wal_seg_size);
     wr64(base + 24, seq);
@@ -94,7 +102,8 @@ static uint64_t phys_end(const ps_core *c, uint64_t off, uint64_t len) {
 int wal_fits(const ps_core *c, uint64_t len) {
     if (!c->wal_on) return 1;
     if (c->seal_ctx && len - PS_WAL_REC_HDR > c->seal_cap) return 0;
-    return phys_end(c, c->wal_off, len + (SEALING(c) ? TAG : 0)) != 0;
+    uint64_t end = phys_end(c, c->wal_off, len + (SEALING(c) ? TAG : 0));
+    return end != 0 && end <= c->wal_alloc_end;
 }
 static void write_block_header(ps_core *c) {
     uint8_t *b = c->wal_base + c->wal_off;
@@ -107,9 +116,12 @@ static void write_block_header(ps_core *c) {
     }
     wr32(b, 0x4C575350u);
     wr16(b + 4, 1);
+    uint64_t blsn = c->wal_seq * c->wal_seg_size + c->wal_off, w = c->sig.wal_end_lsn;
+    /* a mark past the block would claim records not yet written: claim the block's start */
+    uint64_t back = w <= blsn ? blsn - w : 0;
     wr16(b + 6, first);
-    wr64(b + 8, c->wal_seq * c->wal_seg_size + c->wal_off);
-    wr32(b + 16, 0);
+    wr64(b + 8, blsn);
+    wr32(b + 16, back < 0xFFFFFFFFu ? (uint32_t)back : 0xFFFFFFFFu);
     wr32(b + 20, ps_crc32c(0, b, 20));
     c->wal_off += BHDR;
 }
@@ -180,11 +192,23 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
             return PS_E_WAL_FULL;
         if (c->wal_unmap) wal_unmap_upto(c, c->wal_seg_size, 1);
         c->wal_unmapped = 0;
+        c->wal_alloc_end = BLK;            /* its header block is allocated; ask for the rest */
         c->wal_seq++;
         c->wal_base = nb;
         c->wal_off = BLK;
         int rc = write_seg_header(c, nb, c->wal_seq, prev_end, salt);
         if (rc) return rc;
+    }
+    /* A sparse segment mapped shared: a write to a page without disk blocks
+     * makes the kernel allocate one, and on a full disk it sends SIGBUS.  So
+     * no record passes the allocated end until the WAL has allocated further
+     * (or refused, with nothing written). */
+    uint64_t need = phys_end(c, c->wal_off, len);
+    if (need > c->wal_alloc_end) {
+        uint64_t got = 0;
+        if (ps_py_wal_grow(c->handle, c->wal_seq, need, &got) != 0 || got < need)
+            return PS_E_WAL_FULL;
+        c->wal_alloc_end = got;
     }
     uint64_t off = c->wal_off;
     if (off % BLK == 0) off += BHDR;
@@ -228,14 +252,15 @@ static int attach_seal(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t se
     if (!c->seal_ctx && c->seal_key_id) {
         /* tags reserved: the header is ours (write_header) or one the caller sealed */
         if (write_header) return write_seg_header(c, base, seq, prev_end_lsn, NULL);
-        if (memcmp(base, "PSWALSEG", 8) != 0 || rd16(base + 10) != SEAL_FLAG || base[44] != c->seal_key_id)
+        if (memcmp(base, "PSWALSEG", 8) != 0 || ENCODING(rd16(base + 10)) != SEAL_FLAG ||
+            base[44] != c->seal_key_id)
             return set_err(c, PS_E_ARG, "WAL segment %llu is not a sealed-records segment of key id %u",
                            (unsigned long long)seq, c->seal_key_id);
         return 0;
     }
     if (!c->seal_ctx) {
         /* plain records must not land in a sealed segment */
-        if (!write_header && memcmp(base, "PSWALSEG", 8) == 0 && rd16(base + 10) == SEAL_FLAG)
+        if (!write_header && memcmp(base, "PSWALSEG", 8) == 0 && ENCODING(rd16(base + 10)) == SEAL_FLAG)
             return set_err(c, PS_E_ARG, "WAL segment %llu is sealed but no key is set",
                            (unsigned long long)seq);
         return write_header ? write_seg_header(c, base, seq, prev_end_lsn, NULL) : 0;
@@ -249,7 +274,7 @@ static int attach_seal(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t se
         return write_seg_header(c, base, seq, prev_end_lsn, salt);
     }
     uint8_t tag[TAG];
-    if (memcmp(base, "PSWALSEG", 8) != 0 || rd16(base + 10) != SEAL_FLAG)
+    if (memcmp(base, "PSWALSEG", 8) != 0 || ENCODING(rd16(base + 10)) != SEAL_FLAG)
         return set_err(c, PS_E_ARG, "WAL segment %llu is not a sealed-records segment",
                        (unsigned long long)seq);
     if (base[44] != c->seal_key_id)
@@ -277,6 +302,7 @@ int ps_wal_attach(ps_core *c, uint8_t *base, uint64_t seg_size, uint64_t seq,
         c->wal_seq = seq;
         c->wal_off = offset;
         c->wal_unmapped = 0;
+        c->wal_alloc_end = offset;         /* what lies before is written; ask for the rest */
         c->wal_on = 1;
         c->phys_reset = c->physical;
         c->sig.wal_end_lsn = seq * seg_size + offset;

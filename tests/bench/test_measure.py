@@ -40,9 +40,12 @@ def test_rows_from_a_checkpointing_store():
     raw = measure(store, GeneratedWorkload(cfg), cfg)
     r = build_rows(cfg, "rfake", 0, raw)
     s, cps, ts = r["summary"], r["checkpoints"], r["timeseries"]
-    assert 3 <= len(cps) <= 5 and s["checkpoints"] == len(cps)
+    # the fake checkpoints on the wall clock: a window that runs late on a busy
+    # machine holds more of them, never more than the fake has finished by now
+    span = time.monotonic() - store.t0
+    assert 3 <= len(cps) <= store._done() and s["checkpoints"] == len(cps)
     assert [c["pages"] for c in cps] == sorted(c["pages"] for c in cps)
-    assert all(-0.5 <= c["t_start"] <= 2.5 for c in cps)
+    assert all(-0.5 <= c["t_start"] <= span for c in cps)
     assert all(c["recovery_bytes"] == 4096 * c["pages"] and c["total_ms"] == 300.0 for c in cps)
     assert any(t["checkpoint_running"] for t in ts)
     assert all(t["dirty_pages"] == 42 for t in ts)

@@ -1,29 +1,34 @@
 """The "data outgrows memory" scenario: every store loads the same keys and
-finds every one of them, the table gives ratios to LMDB and RocksDB, and the
-figures land in the bench's summary dataset."""
+finds every one of them, in rounds; the table gives per-round ratios to LMDB
+and RocksDB with their spread; the figures land in the bench's summary dataset
+under the quick session, and ``quick`` runs the scenario."""
 
 import json
 
 import pytest
 
 from bench import outgrowth
-from bench.results import read_dataset
+from bench import outgrowth_table as ot
+from bench.results import read_dataset, write_dataset
 from bench.schema import SCHEMAS
 
 MiB = 1 << 20
+STORES = ("pagestore", "lmdb", "rocksdict")
 
 
 @pytest.fixture(scope="module")
 def rows():
     # data ~3x a 1 MiB page memory: batches larger than it holds are split
-    return outgrowth.run([("small", 20_000, 1 * MiB)], stores=("pagestore", "lmdb", "rocksdict"),
-                         gets=3_000, say=lambda *_: None)
+    return outgrowth.run([("small", 20_000, 1 * MiB)], stores=STORES, gets=3_000, say=lambda *_: None,
+                         rounds=2)
 
 
-def test_each_store_loads_and_reads_the_same_keys(rows):
-    assert [r["store"] for r in rows] == ["pagestore", "lmdb", "rocksdict"]
+def test_each_store_loads_and_reads_the_same_keys_in_every_round(rows):
+    assert [(r["round"], r["store"]) for r in rows] == [
+        (0, "pagestore"), (0, "lmdb"), (0, "rocksdict"), (1, "lmdb"), (1, "rocksdict"), (1, "pagestore")]
     for r in rows:
         assert r["keys"] == 20_000 and r["load_per_s"] > 0 and r["get_per_s"] > 0
+        assert r["page_memory"] == 1 * MiB and r["data_ratio"] == round(20_000 * outgrowth.ENTRY / MiB, 1)
     ps = rows[0]
     assert ps["page_memory_size"] == 1 * MiB
     # the data did outgrow page memory: pages were evicted and read back
@@ -44,23 +49,79 @@ def test_a_store_that_loses_keys_is_reported_not_measured(monkeypatch, tmp_path)
         outgrowth.measure("lmdb", work, None, str(tmp_path))
 
 
-def test_the_table_gives_ratios_to_lmdb_and_rocksdb(rows):
-    text = outgrowth.table(rows)
-    lmdb_line = next(line for line in text.splitlines() if "| LMDB |" in line)
-    assert lmdb_line.split("|")[4].strip() == "1.00"       # load ×LMDB of LMDB itself
-    ps, lm = rows[0], rows[1]
-    ps_line = next(line for line in text.splitlines() if "| pagestore |" in line)
-    assert ps_line.split("|")[4].strip() == f"{ps['load_per_s'] / lm['load_per_s']:.2f}"
+def test_ratios_are_taken_within_a_round_and_shown_with_their_spread(rows):
+    tbl = ot.table(ot.per_round(outgrowth.summary_rows(rows, "rtest", "q1")))
+    ps = tbl[tbl["store"] == "pagestore"].iloc[0]
+    by = {(r["round"], r["store"]): r for r in rows}
+    per_round = sorted(by[(n, "pagestore")]["load_per_s"] / by[(n, "lmdb")]["load_per_s"] for n in (0, 1))
+    got = ps["load_x_lmdb"]
+    assert got["n"] == 2 and got["lo"] == pytest.approx(per_round[0]) and got["hi"] == pytest.approx(per_round[1])
+    assert got["median"] == pytest.approx(sum(per_round) / 2)
+    flat = ot.flat(tbl)
+    line = flat[flat["store"] == "pagestore"].iloc[0]
+    assert line["load ÷ LMDB"] == f"{got['median']:.2f}× ({per_round[0]:.2f}–{per_round[1]:.2f})"
+    # a reference store against itself is a dash, not a ratio
+    assert flat[flat["store"] == "LMDB"].iloc[0]["load ÷ LMDB"] == "–"
+    assert ps["load_per_s"] == pytest.approx((by[(0, "pagestore")]["load_per_s"]
+                                              + by[(1, "pagestore")]["load_per_s"]) / 2)
 
 
 def test_the_figures_are_summary_rows_of_the_bench_schema(rows, tmp_path):
-    from bench.results import write_dataset
-    out = outgrowth.summary_rows(rows, "rtest-outgrow")
+    out = outgrowth.summary_rows(rows, "rtest-outgrow", "q20261127T050000-abcdef")
     assert {c for r in out for c in r} <= set(SCHEMAS["summary"].names)
     write_dataset(str(tmp_path), "summary", out)
     back = read_dataset(str(tmp_path), "summary").to_pylist()
-    assert {(r["store"], r["op_style"]) for r in back} == {
-        (s, o) for s in ("pagestore", "lmdb", "rocksdict") for o in ("load", "get")}
-    assert all(r["scenario"] == "outgrows-memory" for r in back)
+    assert {(r["store"], r["op_style"], r["round"]) for r in back} == {
+        (s, o, n) for s in STORES for o in ("load", "get") for n in (0, 1)}
+    assert all(r["scenario"] == r["experiment"] == "outgrows-memory" for r in back)
+    assert {r["session"] for r in back} == {"q20261127T050000-abcdef"}
+    # one run id per (round, case, store): no reader sums two runs' rates as one
+    assert len({r["run_id"] for r in back}) == 2 * len(STORES)
     ps_load = next(r for r in back if r["store"] == "pagestore" and r["op_style"] == "load")
-    assert ps_load["ops"] == 20_000 and json.loads(ps_load["config_json"])["memory_size"] == 1 * MiB
+    conf = json.loads(ps_load["config_json"])
+    assert ps_load["ops"] == 20_000 and conf["memory_size"] == conf["page_memory"] == 1 * MiB
+    assert conf["data_ratio"] == round(20_000 * outgrowth.ENTRY / MiB, 1)
+
+
+def _fake(store, ratio, rnd, load, get, memory=3 * MiB):
+    keys = int(ratio * memory // outgrowth.ENTRY)
+    return dict(store=store, case=f"data {ratio}x", keys=keys, load_s=keys / load, get_s=1000 / get,
+                load_per_s=load, get_per_s=get, memory_size=memory, page_memory=memory,
+                data_ratio=float(ratio), round=rnd)
+
+
+def test_the_table_reads_the_newest_session_only():
+    old = outgrowth.summary_rows([_fake("pagestore", 4, 0, 1.0, 1.0), _fake("lmdb", 4, 0, 1.0, 1.0)], "a", "q1")
+    new = outgrowth.summary_rows([_fake("pagestore", 4, 0, 50.0, 10.0), _fake("lmdb", 4, 0, 100.0, 40.0)],
+                                 "b", "q2")
+    tbl = ot.table(ot.per_round(old + new))
+    assert list(tbl["load_per_s"]) == pytest.approx([50.0, 100.0])
+    assert tbl.iloc[0]["load_x_lmdb"]["median"] == pytest.approx(0.5)
+    assert tbl.iloc[0]["get_x_lmdb"]["median"] == pytest.approx(0.25)
+
+
+def test_the_sentence_states_pagestores_rates_at_the_smallest_and_largest_ratio():
+    fakes = [_fake("pagestore", 1, 0, 60_000.0, 600_000.0), _fake("lmdb", 1, 0, 600_000.0, 1_200_000.0),
+             _fake("rocksdict", 1, 0, 750_000.0, 500_000.0),
+             _fake("pagestore", 10, 0, 20_000.0, 240_000.0), _fake("lmdb", 10, 0, 400_000.0, 800_000.0),
+             _fake("rocksdict", 10, 0, 200_000.0, 200_000.0)]
+    text = ot.sentence(ot.table(ot.per_round(outgrowth.summary_rows(fakes, "s", "q"))))
+    assert text == ("With 3 MiB of page memory and data growing from 1× to 10× of it, pagestore loaded "
+                    "60,000 → 20,000 keys/s (0.10 → 0.05× LMDB, 0.08 → 0.10× RocksDB) and served "
+                    "600,000 → 240,000 gets/s (0.50 → 0.30× LMDB); one round, so no spread to judge it by.")
+
+
+def test_quick_runs_the_scenario_and_writes_its_rows_under_the_session(monkeypatch, tmp_path):
+    from bench import cli
+    monkeypatch.setattr(outgrowth, "QUICK", dict(memory_size=1 * MiB, ratios=(1, 2), gets=500, rounds=1),
+                        raising=False)
+    code = cli.main(["quick", "--results", str(tmp_path), "--quiet", "--data-dir", str(tmp_path),
+                     "--skip", "iep,throttling,peers,harness"])
+    assert code == 0
+    back = [r for r in read_dataset(str(tmp_path), "summary").to_pylist()]
+    assert {(r["store"], r["op_style"]) for r in back} == {
+        (s, o) for s in outgrowth.STORES for o in ("load", "get")}
+    assert {json.loads(r["config_json"])["data_ratio"] for r in back} == {1.0, 2.0}
+    quick = json.loads((tmp_path / "quick.json").read_text())
+    assert {r["session"] for r in back} == {quick["session"]}
+    assert len(quick["outgrowth"]) == 2 * len(outgrowth.STORES) and quick["outgrowth_seconds"] > 0

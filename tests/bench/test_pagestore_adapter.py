@@ -92,10 +92,12 @@ def test_options_bulk_load_transactions_and_scan(fake_pagestore, tmp_path):
 
 
 def test_a_full_run_through_the_adapter(fake_pagestore):
-    r = run(dict(store="pagestore", op_style="implicit-tx", duration=1.2, warmup=0.2, checkpoint_every=0.2,
+    r = run(dict(store="pagestore", op_style="implicit-tx", duration=1.2, warmup=0.2, checkpoint_every=0.05,
                  key_range=1000, recovery_data="checkpoint", recovery_compression="snappy"))
     s = r["summary"]
-    assert s["checkpoints"] >= 3 and s["ops"] > 1000
+    # about 20 checkpoints and 10^5 ops fit in the 1 s window: the bounds leave room
+    # for a machine that gives this process a small share of its time
+    assert s["checkpoints"] >= 3 and s["ops"] > 1000, s
     assert s["compression"] == "snappy" and s["throttling"] == "default"
     assert fake_pagestore[0].options["recovery_compression"] == "snappy"
     assert s["wal_bytes_per_op"] == pytest.approx(130, rel=0.05)

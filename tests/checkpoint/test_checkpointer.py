@@ -109,7 +109,15 @@ def test_wal_flushed_to_the_checkpoint_record_before_start(store):
 def test_pool_writes_one_recovery_file_per_thread_covering_each_page_once(store):
     fs, src, sink, wal, rng, start = store
     dirty(src, rng, range(N), 1)
-    src.on_copy = lambda ids: threading.Event().wait(0.001)  # let every worker get chunks
+    arrived, seen = threading.Barrier(3, timeout=60), set()
+
+    def every_worker_takes_a_chunk(ids):
+        # each worker holds its first chunk until all three hold one (24 chunks
+        # in a shared queue): a late-scheduled worker still gets its share
+        if threading.get_ident() not in seen:
+            seen.add(threading.get_ident())
+            arrived.wait()
+    src.on_copy = every_worker_takes_a_chunk
     st = start(threads=3, chunk_pages=5).checkpoint()
     files = scan(fs, "/db/cp").recovery_paths(1)
     assert sorted(files) == [0, 1, 2] and st["recovery_files"] == 3
@@ -229,7 +237,7 @@ def test_interval_trigger_follows_the_injected_clock(store):
     threading.Event().wait(0.2)
     assert cp.stats()["checkpoints"] == 0
     now[0] += 31
-    for _ in range(50):
+    for _ in range(600):        # a generous cap: it returns as soon as the checkpoint shows
         if cp.stats()["checkpoints"]:
             break
         threading.Event().wait(0.1)

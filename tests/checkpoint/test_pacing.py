@@ -167,15 +167,17 @@ def wait_for(cond, timeout=20.0):
 
 def test_a_timed_checkpoint_spreads_its_page_writes(shifted):
     src, rng, offset, start = shifted
-    cp = start(interval=60.0, spread=0.01)          # pages done 0.6 s after begin
+    cp = start(interval=60.0, spread=0.05)          # pages done 3 s after begin
     dirty(src, rng, range(200), 1)
     offset[0] += 61
     wait_for(lambda: cp.stats()["checkpoints"] >= 1)
     last = cp.stats()["last_checkpoint"]
     assert last["reason"] == "interval"
-    assert last["paced_until"] == pytest.approx(0.6)
+    assert last["paced_until"] == pytest.approx(3.0)
     assert last["hurried"] is None
-    assert last["page_write_seconds"] >= 0.4        # 50 chunks on a 0.6 s schedule
+    # the schedule counts from the checkpoint's begin: the last chunk (pages
+    # 196-199) is due 3 * 196/200 s after it, however fast the machine is
+    assert last["total_seconds"] >= 3.0 * 196 / 200
     assert last["napped_seconds"] > 0
 
 
@@ -241,7 +243,7 @@ def test_pages_are_written_on_the_schedule_not_threads_chunks_ahead_of_it(shifte
 
 def test_a_failed_writer_is_reported_without_waiting_for_the_others_schedule(shifted):
     src, rng, offset, start = shifted
-    cp = start(interval=100.0, spread=0.06)          # pages due ~6 s after begin
+    cp = start(interval=100.0, spread=0.6)           # pages due ~60 s after begin
     # Tag each pool thread with its worker number: the coordinator waits on
     # worker 0 first, so the failure must come from another one.
     submit = cp._pool.submit
@@ -260,4 +262,5 @@ def test_a_failed_writer_is_reported_without_waiting_for_the_others_schedule(shi
     wait_for(lambda: writes)
     t = time.monotonic()
     wait_for(lambda: cp.failed is not None)
-    assert time.monotonic() - t < 1.0, f"failure reported after {len(writes)} writes"
+    # worker 1's second chunk is due a few seconds in; the schedule's end is a minute away
+    assert time.monotonic() - t < 20, f"failure reported after {len(writes)} writes"

@@ -4,7 +4,7 @@ I/O fails with ENOSPC, EIO or EROFS -- once, or from then on until the disk
 works again -- and afterwards every acknowledged write is there, nothing that
 raised is, and every error was a `pagestore.Error` (tests/support/faultloop.py).
 
-`make test` samples n with a stride per configuration (>= 10,000 injected
+`make test` samples every 4th n per configuration (>= 10,000 injected
 faults over the module); PAGESTORE_TORTURE=1 runs every n with several seeds
 (>= 100,000) and prints the count.
 """
@@ -51,10 +51,10 @@ def sweep(spec: Spec, ns, persistent_only_every: int = 1) -> tuple:
 def test_no_injected_fault_loses_an_acknowledged_write_or_applies_a_raised_one(name):
     spec = SPECS[name]
     total = count_io(spec)
-    # every 5th n; a one-shot fault at every third of those (persistent
+    # every 4th n; a one-shot fault at every third of those (persistent
     # faults hit the rest of the workload and its recovery, one-shot ones
     # each a single I/O)
-    faults, runs, bad = sweep(spec, range(1, total + 2, 5), persistent_only_every=3)
+    faults, runs, bad = sweep(spec, range(1, total + 2, 4), persistent_only_every=3)
     assert not bad, "\n".join(bad[:20])
     assert faults >= QUICK_FAULTS, f"{faults} faults injected over {runs} runs"
 

@@ -57,3 +57,30 @@ def test_the_same_loop_passes_the_store_itself():
     total = count_io(spec)
     found = [v for n in range(1, total, 7) for v in run_workload(spec, (n, errno.ENOSPC, True)).violations]
     assert found == []
+
+
+class RaisedWriteShowingStore(ErrorSwallowingStore):
+    """A store whose reads still see a put that raised (as the core did before
+    it undid unacknowledged writes): it raises, but remembers the value."""
+
+    def __init__(self, db):
+        super().__init__(db)
+        self.ghosts: dict = {}
+
+    def put(self, key, value, **kw):
+        try:
+            return self.inner.put(key, value, **kw)
+        except pagestore.Error:
+            self.ghosts[key] = value
+            raise
+
+    def get(self, key, default=None):
+        return self.ghosts.get(key, self.inner.get(key, default))
+
+
+def test_the_loop_catches_a_write_that_raised_yet_is_visible():
+    spec = Spec(wrap=RaisedWriteShowingStore)
+    total = count_io(spec)
+    caught = [v for n in range(1, total, 7)
+              for v in run_workload(spec, (n, errno.EIO, False)).violations]
+    assert any("a write that raised" in v and "is visible" in v for v in caught), caught[:5]

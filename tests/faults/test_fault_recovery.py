@@ -90,3 +90,30 @@ def test_a_store_whose_checkpoint_markers_were_removed_refuses_to_open_naming_cp
     with pytest.raises(pagestore.CorruptionError) as info:
         pagestore.open("/s", fs=sim, **OPTS)
     assert info.value.path == "/s/cp" and "checkpoint" in str(info.value)
+
+
+def test_a_failed_in_place_page_write_is_a_typed_error_naming_the_page_file(tmp_path):
+    # the checkpoint's in-place writer (one C call, pagestore/_native/paging.py)
+    # meets EBADF: its descriptor now refers to a read-only open of the file
+    path = str(tmp_path / "s")
+    db = pagestore.open(path, wal_mode="fsync", checkpoint_interval=3600, memory_size=4 << 20)
+    for i in range(500):
+        db.put(b"k%04d" % i, b"v" * 300)
+    fd = pagestore.database.engine_of(db).pages.direct_fd()
+    saved = os.dup(fd)
+    readonly = os.open(os.path.join(path, "pages.dat"), os.O_RDONLY)
+    os.dup2(readonly, fd)
+    try:
+        with pytest.raises(pagestore.DiskIOError) as info:
+            db.checkpoint()
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(readonly)
+    err = info.value
+    assert err.operation == "checkpoint" and err.path == os.path.join(path, "pages.dat")
+    assert err.errno == errno.EBADF and "the page file" in str(err)
+    db.checkpoint()                                   # the retry writes the pages
+    db.close()
+    with pagestore.open(path, wal_mode="fsync") as db:
+        assert len(db) == 500 and db[b"k0499"] == b"v" * 300

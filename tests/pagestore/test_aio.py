@@ -46,9 +46,17 @@ def test_completions_reach_the_loop_once_per_group_not_once_per_put(tmp_path):
     wakeups = []
 
     class CountingLoop(asyncio.SelectorEventLoop):
+        # the Python syncer tells the loop through call_soon_threadsafe, the
+        # C one through an eventfd the loop reads: count both
         def call_soon_threadsafe(self, *a, **kw):
             wakeups.append(1)
             return super().call_soon_threadsafe(*a, **kw)
+
+        def add_reader(self, fd, callback, *args):
+            def counted(*a):
+                wakeups.append(1)
+                return callback(*a)
+            return super().add_reader(fd, counted, *args)
 
     async def main():
         async with pagestore.aio.open(tmp_path, wal_mode="fsync", **OPTS) as db:
@@ -57,10 +65,12 @@ def test_completions_reach_the_loop_once_per_group_not_once_per_put(tmp_path):
                     await db.put(b"%03d-%03d" % (t, i), b"v" * 50)
             wakeups.clear()
             await asyncio.gather(*(writer(t) for t in range(64)))
-            return db.stats()["wal_group_commits"]
+            st = db.stats()
+            return st["wal_group_commits"], st["aio_syncer"]
 
-    rounds = run(main(), CountingLoop)
-    assert len(wakeups) * 8 < 64 * 20, (len(wakeups), rounds)   # a put per wake-up would be 1280
+    rounds, syncer = run(main(), CountingLoop)
+    assert syncer == "c"                                         # posix, fsync, nothing armed
+    assert 0 < len(wakeups) and len(wakeups) * 8 < 64 * 20, (len(wakeups), rounds)   # a put per wake-up: 1280
 
 
 def _crashing_run(seed, point):
@@ -133,7 +143,12 @@ def test_close_with_writes_in_flight_finishes_or_fails_them_typed(tmp_path):
                 outcomes.append((t, i))
 
         tasks = [asyncio.ensure_future(writer(t)) for t in range(16)]
-        await asyncio.sleep(0.05)
+        # close once some put is acknowledged, while the writers still go
+        # (16 x 1,000 durable puts take far longer than the first group)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not any(o != "closed" for o in outcomes):
+            assert asyncio.get_running_loop().time() < deadline, "no put acknowledged in 60 s"
+            await asyncio.sleep(0.001)
         await db.close()
         done, pending = await asyncio.wait(tasks, timeout=10)
         assert not pending

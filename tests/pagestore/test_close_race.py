@@ -65,7 +65,7 @@ db2.close()
 
 def test_threads_writing_and_reading_while_the_store_closes_get_closed_error_only(tmp_path):
     body = """
-errors, done = [], []
+errors, done, progress = [], [], [0] * 4
 def work(n):
     i = 0
     try:
@@ -73,23 +73,28 @@ def work(n):
             db.put(b"t%d-%d" % (n, i), b"x" * 50)
             db.get(b"k%05d" % (i % 2000))
             i += 1
+            progress[n] = i
     except pagestore.ClosedError:
         done.append(i)
     except BaseException as e:
         errors.append(repr(e))
 threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
 for t in threads: t.start()
-import time; time.sleep(0.3)
+import time
+# close while every thread is in its loop, however slowly the machine runs them
+deadline = time.monotonic() + 60
+while min(progress) < 50 and time.monotonic() < deadline:
+    time.sleep(0.01)
 db.close()
 for t in threads: t.join()
-print(errors, len(done))
+print(errors, len(done), min(progress) >= 50)
 db2 = pagestore.open(path, **OPTS)
 print(db2.get(b"k01999"))
 db2.close()
 """
     r = _run(tmp_path, body)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split("\n")[:2] == ["[] 4", "b'v01999'"], r.stdout
+    assert r.stdout.split("\n")[:2] == ["[] 4 True", "b'v01999'"], r.stdout
 
 
 def test_closed_and_abandoned_stores_free_their_cores(tmp_path):

@@ -1,13 +1,13 @@
-"""The default recovery_compression is the bench's pick: lz4 where the C core
-frames it (liblz4.so.1 loads), else skip_garbage; an explicit choice stands."""
+"""The default recovery_compression is Ignite's, skip_garbage, whether or not
+liblz4 loads; an explicit choice stands."""
 
 import pagestore
 from pagestore import _native, config
 
 
-def test_default_is_lz4_where_liblz4_loads_else_skip_garbage(monkeypatch):
+def test_default_is_skip_garbage_whether_or_not_liblz4_loads(monkeypatch):
     monkeypatch.setattr(_native, "lz4_available", lambda: True)
-    assert config.make_config().recovery_compression == "lz4"
+    assert config.make_config().recovery_compression == "skip_garbage"
     monkeypatch.setattr(_native, "lz4_available", lambda: False)
     assert config.make_config().recovery_compression == "skip_garbage"
     assert config.make_config(recovery_compression=None).recovery_compression == "skip_garbage"

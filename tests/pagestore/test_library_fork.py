@@ -15,9 +15,13 @@ import pagestore
 path = sys.argv[1]
 db = pagestore.open(path)
 db[b"k"] = b"v"
+parent = os.getpid()
 child = os.fork()
 if child == 0:
-    time.sleep(3)                  # still alive while the parent reopens
+    # alive while the parent reopens, however long that takes on a loaded
+    # machine; the parent kills it (or, should the parent die, it goes too)
+    while os.getppid() == parent:
+        time.sleep(0.05)
     os._exit(0)
 db.close()
 try:
@@ -89,3 +93,14 @@ def test_the_lock_still_excludes_another_process_while_the_parent_holds_it(tmp_p
     db.close()
     """
     assert _run(script, tmp_path) == "locked"
+
+
+def test_a_child_that_has_not_yet_run_its_fork_hook_does_not_keep_the_store_locked(tmp_path):
+    # A hook registered before pagestore's runs first in the child and holds it
+    # back, as a child the scheduler runs late would be; the parent closes and
+    # reopens meanwhile, while the child still shares the lock's description.
+    script = _FORK_THEN_REOPEN.replace(
+        "import pagestore\n",
+        "os.register_at_fork(after_in_child=lambda: time.sleep(2.0))\nimport pagestore\n", 1)
+    assert script != _FORK_THEN_REOPEN
+    assert _run(script, tmp_path) == "reopened v child alive True"

@@ -34,14 +34,15 @@ def attach(core, segs):
 def seg_header(buf):
     magic, ver, res, bs, segsize, seq, prev = struct.unpack_from("<8sHHIQQQ", buf, 0)
     (crc,) = struct.unpack_from("<I", buf, 40)
-    ok = magic == b"PSWALSEG" and ver == 1 and res == 0 and bs == BLOCK and \
+    ok = magic == b"PSWALSEG" and ver == 1 and res == 4 and bs == BLOCK and \
         crc == crc32c.crc32c(bytes(buf[:40])) and not any(buf[44:BLOCK])
     return ok, segsize, seq, prev
 
 
 def check_block(buf, seq, boff):
     magic, ver, first, blsn, res, crc = struct.unpack_from("<IHHQII", buf, boff)
-    ok = magic == 0x4C575350 and ver == 1 and blsn == seq * SEG + boff and res == 0 and \
+    # res: the written mark, block_lsn - W (tests/wal/test_torn_tail.py checks it)
+    ok = magic == 0x4C575350 and ver == 1 and blsn == seq * SEG + boff and \
         crc == crc32c.crc32c(bytes(buf[boff:boff + 20]))
     return ok, first
 

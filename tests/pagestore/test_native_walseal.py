@@ -1,7 +1,7 @@
 """Sealed WAL records of the C encoder (Core.wal_set_key): AES-256-GCM per record
 through the run-time loaded libcrypto, checked against `cryptography`'s AESGCM.
 
-Segment header with a key: flags 2 @10, key_id @44, salt @45, key-check tag @53
+Segment header with a key: flags 2 (| 4, marked) @10, key_id @44, salt @45, key-check tag @53
 (GCM tag of nothing, nonce salt || ff*4, AAD b"pagestore/walseg/v2\\0" +
 header[0:45]). Record: crc32c over [4, len), len = 17 + payload + 16, then
 ciphertext and tag; nonce salt || u32 offset in the segment, AAD wire[4:17]."""
@@ -37,7 +37,8 @@ def header(buf):
     assert bytes(buf[:8]) == b"PSWALSEG"
     assert struct.unpack_from("<I", buf, 40)[0] == crc32c.crc32c(bytes(buf[:40]))
     flags = struct.unpack_from("<H", buf, 10)[0]
-    return flags, buf[44], bytes(buf[45:53]), bytes(buf[53:69])
+    assert flags & 4, "the encoder marks every segment it writes (docs/wal-format.md, flag bit 4)"
+    return flags & ~4, buf[44], bytes(buf[45:53]), bytes(buf[53:69])
 
 
 def check_tag(buf, key):

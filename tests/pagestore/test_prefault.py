@@ -11,7 +11,8 @@ from pagestore.database import engine_of
 AHEAD = 8 << 20
 
 
-def wait_for(pred, seconds=10.0):
+def wait_for(pred, seconds=120.0):
+    # generous: the thread populates at whatever pace a loaded machine gives it
     end = time.monotonic() + seconds
     while not pred():
         if time.monotonic() > end:

@@ -23,6 +23,8 @@ N = 48
 EXPECTED = {
     "checkpoint.after_lock": (1, "replay"),
     "checkpoint.after_wal_fsync": (1, "replay"),
+    # the previous checkpoint's files, renamed to checkpoint 2's names durably
+    "checkpoint.after_recovery_reuse": (1, "ignore_recovery_files"),
     # the files' names are not durable yet: power loss may take them away
     "checkpoint.recovery_file_written": (1, ("ignore_recovery_files", "replay")),
     "checkpoint.after_recovery_fsync": (1, "ignore_recovery_files"),

@@ -5,7 +5,8 @@ transactions, durable puts, checkpoints, a close or a kill, crash recovery,
 more writes -- on the crash simulator with `fault = (n, errno, persistent)`
 armed: the n-th mutating I/O of the workload fails (once, or from then on).
 It keeps a model of what the store acknowledged: an operation that returned
-changes the model, one that raised does not. At the end the fault is
+changes the model, one that raised does not, and right after it raised the
+keys it wrote must read as the model says (no trace in memory either). At the end the fault is
 cleared, the simulated process is killed (`crash(mode="keep")`: the page
 cache survives, as after kill -9) and the store reopened; every key must
 then hold exactly its model value -- an acknowledged write lost, or a write
@@ -110,19 +111,19 @@ class _Run:
             if r < 0.55:
                 k, v = self.key(), self.value()
                 ok, e = self.call("put", db.put, k, v, sync=rng.random() < 0.1)
-                self.ended({k: v}, ok, e)
+                self.ended({k: v}, ok, e, db)
             elif r < 0.65:
                 k = self.key()
                 ok, e = self.call("delete", db.delete, k)
-                self.ended({k: None}, ok, e)
+                self.ended({k: None}, ok, e, db)
             elif r < 0.8:
                 batch = {self.key(): self.value() for _ in range(3)}
                 ok, e = self.call("put_many", db.put_many, batch)
-                self.ended(batch, ok, e)
+                self.ended(batch, ok, e, db)
             elif r < 0.9:
                 batch = {self.key(): self.value() for _ in range(2)}
                 ok, e = self.call("transaction", self._transaction, db, batch)
-                self.ended(batch, ok, e)
+                self.ended(batch, ok, e, db)
             else:
                 self.call("get", db.get, self.key())
             if i % 15 == 14:
@@ -134,9 +135,17 @@ class _Run:
             for k, v in batch.items():
                 tx.put(k, v)
 
-    def ended(self, batch: dict, ok: bool, exc) -> None:
+    def ended(self, batch: dict, ok: bool, exc, db=None) -> None:
         """Note a write's outcome: acknowledged, raised, or raised in doubt
-        (`DiskIOError.in_doubt`: the disk refused to take its record back)."""
+        (`DiskIOError.in_doubt`: the disk refused to take its record back).
+        With `db`, a write that raised must not be visible in it."""
+        if not ok and db is not None and not getattr(exc, "in_doubt", False):
+            for k in batch:
+                seen, got = self.call("get", db.get, k)
+                if seen and got != self.model.get(k) and got not in self.doubt.get(k, ()):
+                    self.out.violations.append(
+                        f"{k!r}: a write that raised ({type(exc).__name__}) is visible: "
+                        f"get() returns {_short(got)}, acknowledged {_short(self.model.get(k))}")
         if ok:
             self.model.update(batch)
             for k in batch:

@@ -19,11 +19,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SILENCE = 30.0     # seconds without output before the child counts as hung
 
 
-def output_until_killed(script: str, args, rng, lo: float, hi: float) -> bytes:
+def output_until_killed(script: str, args, rng, lo: float, hi: float, min_lines: int = 0) -> bytes:
     """Everything the child `python script *args` printed until SIGKILLed,
-    rng.uniform(lo, hi) seconds after its READY line. AssertionError if it
-    goes silent for SILENCE seconds or exits on its own first. The last line
-    may be cut by the kill."""
+    rng.uniform(lo, hi) seconds after its READY line, and not before it has
+    printed `min_lines` whole lines after READY (how much fits in the delay
+    alone depends on how busy the machine is). AssertionError if it goes
+    silent for SILENCE seconds or exits on its own first. The last line may
+    be cut by the kill."""
     child = subprocess.Popen([sys.executable, script, *map(str, args)], stdout=subprocess.PIPE, cwd=ROOT)
     buf, deadline = b"", None
     try:
@@ -36,7 +38,8 @@ def output_until_killed(script: str, args, rng, lo: float, hi: float) -> bytes:
             buf += chunk
             if deadline is None and b"READY\n" in buf:
                 deadline = time.monotonic() + rng.uniform(lo, hi)
-            if deadline is not None and time.monotonic() >= deadline:
+            if (deadline is not None and time.monotonic() >= deadline
+                    and buf.count(b"\n", buf.index(b"READY\n") + 6) >= min_lines):
                 os.kill(child.pid, signal.SIGKILL)
                 break
     finally:

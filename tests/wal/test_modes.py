@@ -12,6 +12,7 @@ from pagestore.diskio import PosixFS, SimFS, SimulatedCrash
 from pagestore.diskio.simfile import SimFile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from rounds import WRITER, hold_full_rounds  # noqa: E402
 from wal_testkit import SMALL, Harness, kv, open_fresh  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def run_threads(h, nthreads, per_thread, value=b"v" * 100, acked=None, lock=None
         except SimulatedCrash:
             return
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
+    threads = [threading.Thread(target=worker, args=(t,), name=f"{WRITER}{t}") for t in range(nthreads)]
     for t in threads:
         t.start()
     for t in threads:
@@ -45,18 +46,15 @@ def run_threads(h, nthreads, per_thread, value=b"v" * 100, acked=None, lock=None
 @pytest.mark.parametrize("max_syncs, factor, biggest", [(1, 5, 8), (2, 3, 8), (4, 2, 4)])
 def test_group_commit_16_threads_cost_far_fewer_fsyncs_than_commits(monkeypatch, max_syncs, factor, biggest,
                                                                    write_path):
-    real = SimFile.fsync
-
-    def slow_fsync(self):        # a device flush of about a millisecond, GIL released
-        time.sleep(0.001)
-        real(self)
-
-    monkeypatch.setattr(SimFile, "fsync", slow_fsync)
     h = open_fresh(SimFS(), mode="fsync", segment_size=1 << 20, max_syncs=max_syncs, write_path=write_path)
+    # each sync waits until the other writers sleep in the gate: how many a
+    # round then carries is the gate's doing, whatever the machine's speed
+    held = hold_full_rounds(monkeypatch, h.wal, delay=0.001)
     commits = run_threads(h, 16, 40)
     st = h.wal.stats()
     h.wal.close()
     assert commits == 640
+    assert not held["gave_up"], "writers never all slept in the gate"
     assert st["wal_fsyncs"] * factor < commits, st
     assert st["wal_group_size_max"] >= biggest and st["wal_group_size_mean"] >= factor, st
 
@@ -101,9 +99,9 @@ def _staggered_commits(monkeypatch, linger_cap):
 def test_group_commit_leader_lingers_until_released_writers_return(monkeypatch):
     st = _staggered_commits(monkeypatch, 0.002)
     no_linger = _staggered_commits(monkeypatch, 0.0)
-    # with the linger a round carries most of the 16 writers; without it the first
-    # writer back syncs alone and groups collapse (the reason for the linger)
-    assert st["wal_group_size_mean"] >= 8, st
+    # with the linger a round carries more of the 16 writers; without it the first
+    # writer back syncs alone and groups collapse (the reason for the linger). How
+    # many a round carries depends on the machine's scheduling; the ratio does not.
     assert st["wal_group_size_mean"] >= 1.3 * no_linger["wal_group_size_mean"], (st, no_linger)
     assert st["wal_linger_seconds"] > 0 and no_linger["wal_linger_seconds"] == 0, (st, no_linger)
 
@@ -182,15 +180,26 @@ def test_log_only_flush_makes_everything_durable():
 def test_log_only_commit_on_posix_costs_next_to_nothing(tmp_path):
     h = open_fresh(PosixFS(), dirpath=str(tmp_path / "wal"), mode="log_only", segment_size=1 << 20)
     commit = h.wal.commit
-    t0 = time.perf_counter()
+    t0 = time.thread_time()     # CPU time: a preempted test is not a slow commit
     for i in range(200_000):
         commit(i)
-    per_call = (time.perf_counter() - t0) / 200_000
+    per_call = (time.thread_time() - t0) / 200_000
     h.wal.close()
     assert per_call < 1e-6, per_call
 
 
-def test_background_mode_flushes_within_the_interval():
+def test_background_mode_flushes_within_the_interval(monkeypatch):
+    import pagestore.wal.log as wal_log
+    waits = []
+
+    class RecordingEvent(threading.Event):
+        def wait(self, timeout=None):
+            if threading.current_thread().name == "wal-flusher":
+                waits.append(timeout)
+            return super().wait(timeout)
+
+    # the flusher's pause is the wait on its stop event: its timeout is the interval
+    monkeypatch.setattr(wal_log.threading, "Event", RecordingEvent)
     fs = SimFS()
     interval = 0.05
     h = open_fresh(fs, mode="background", flush_interval=interval)
@@ -198,10 +207,12 @@ def test_background_mode_flushes_within_the_interval():
     for i in range(60):
         written.append((b"k%03d" % i, b"b" * 500))
         h.put(*written[-1])
-    deadline = time.monotonic() + 3 * interval
+    # a generous cap, not the interval: a starved flusher thread is late, not wrong
+    deadline = time.monotonic() + 30
     while h.wal.durable_lsn < h.writer.end_lsn and time.monotonic() < deadline:
         time.sleep(interval / 10)
     assert h.wal.durable_lsn == h.writer.end_lsn
+    assert waits and set(waits) == {interval}, waits
     assert h.wal.stats()["wal_fsyncs"] >= 1
     h.wal.abandon()
     fs.crash(3, "drop")                              # power loss: only flushed data survives

@@ -10,7 +10,7 @@ from pagestore.wal import CHECKPOINT, WalRecoveryWarning, committed_records
 from pagestore.wal.format import decode_segment_header
 
 sys.path.insert(0, os.path.dirname(__file__))
-from wal_testkit import SMALL, Harness, kv, open_fresh, reopen  # noqa: E402
+from wal_testkit import SMALL, Harness, kv, open_fresh, reopen, unmark  # noqa: E402
 
 
 def header_of(fs, path):
@@ -24,8 +24,9 @@ def wal_files(fs):
     return fs.listdir("/db/wal")
 
 
-def test_torn_tail_is_cut_to_a_side_file_and_later_writes_go_to_a_fresh_segment():
-    fs = SimFS()
+def _log_with_torn_last_record(fs):
+    """30 records, then one crossing a block boundary whose last 500 bytes never landed:
+    what a writer killed while copying that record leaves. Returns (written, torn lsn)."""
     h = open_fresh(fs)
     first = [(b"a%03d" % i, b"x" * 200) for i in range(30)]
     for k, v in first:
@@ -33,24 +34,30 @@ def test_torn_tail_is_cut_to_a_side_file_and_later_writes_go_to_a_fresh_segment(
     torn_lsn, _ = h.writer.put(b"torn", b"y" * 3000)   # crosses a block boundary
     h.wal.flush()
     h.wal.close()
-    seg = [n for n in wal_files(fs) if n.endswith(".wal")][0]
-    f = fs.open(f"/db/wal/{seg}")
-    f.pwrite(bytes(500), torn_lsn % SMALL + 2800)      # its last sector never landed
+    f = fs.open("/db/wal/seg-00000000.wal")
+    f.pwrite(bytes(500), torn_lsn % SMALL + 2800)
     f.fsync()
     f.close()
+    return first, torn_lsn
+
+
+def test_torn_tail_is_cut_to_a_side_file_without_a_warning_and_later_writes_go_to_a_fresh_segment(recwarn):
+    fs = SimFS()
+    first, torn_lsn = _log_with_torn_last_record(fs)
 
     h2 = Harness(fs)
-    with pytest.warns(WalRecoveryWarning, match=f"seg-00000000.wal at offset {torn_lsn % SMALL} "):
-        recs = h2.recover(0, quiet=False)
+    recs = h2.recover(0, quiet=False)
     report = h2.wal.recovery_report
-    assert kv(recs) == first and report.stop_lsn == torn_lsn
+    assert not [w for w in recwarn.list if issubclass(w.category, WalRecoveryWarning)]
+    assert kv(recs) == first and report.stop_lsn == torn_lsn and report.clean
     assert report.tail_file == f"/db/wal/seg-00000000.wal.tail-{torn_lsn}"
     side = fs.open(report.tail_file).pread(SMALL, 0)
+    assert report.tail_bytes == len(side) > 3000   # the record and the rest of the block it entered
     assert side[8:16] == torn_lsn.to_bytes(8, "little")  # the torn record's own header, kept for inspection
     h2.start()
     assert h2.writer.seq == 1 and h2.writer.end_lsn == torn_lsn
     hdr = header_of(fs, "/db/wal/seg-00000001.wal")
-    assert (hdr.seq, hdr.prev_end_lsn) == (1, torn_lsn)
+    assert (hdr.seq, hdr.prev_end_lsn) == (1, torn_lsn) and hdr.marked
     second = [(b"b%03d" % i, b"z" * 100) for i in range(20)]
     for k, v in second:
         h2.put(k, v)
@@ -58,7 +65,20 @@ def test_torn_tail_is_cut_to_a_side_file_and_later_writes_go_to_a_fresh_segment(
 
     h3, recs3 = reopen(fs)
     assert kv(recs3) == first + second
-    assert h3.wal.recovery_report.clean
+    assert h3.wal.recovery_report.clean and h3.wal.recovery_report.tail_bytes == 0
+
+
+def test_a_torn_tail_of_an_unmarked_segment_is_still_reported_as_damage():
+    # Stores written before the written mark keep the older, conservative rule.
+    fs = SimFS()
+    first, torn_lsn = _log_with_torn_last_record(fs)
+    unmark(fs, "/db/wal/seg-00000000.wal")
+    h2 = Harness(fs)
+    with pytest.warns(WalRecoveryWarning, match=f"seg-00000000.wal at offset {torn_lsn % SMALL} "):
+        recs = h2.recover(0, quiet=False)
+    report = h2.wal.recovery_report
+    assert kv(recs) == first and report.stop_lsn == torn_lsn and not report.clean
+    assert report.tail_file == f"/db/wal/seg-00000000.wal.tail-{torn_lsn}"
 
 
 def test_segments_past_the_stop_are_renamed_aside_and_never_read():

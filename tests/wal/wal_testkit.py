@@ -9,9 +9,13 @@ seals the records in Python (sealer="python", wal/recseal.py).
 
 from __future__ import annotations
 
+import struct
 import warnings
 
+from crc32c import crc32c
+
 from pagestore.wal import StreamWriter, Wal
+from pagestore.wal.format import BLOCK, MARKED, decode_block_header
 
 SMALL = 64 * 1024  # 16 blocks: small segments make switches and reuse cheap to reach
 
@@ -67,3 +71,20 @@ def reopen(fs, **kw) -> tuple[Harness, list]:
 
 def kv(records) -> list:
     return [(r.key, r.value) for r in records]
+
+
+def unmark(fs, path: str) -> None:
+    """Rewrite the segment file `path` as versions before the written mark wrote it:
+    flag bit 4 off, every valid block header's mark field 0 (crcs made to match)."""
+    f = fs.open(path)
+    data = bytearray(f.pread(f.size(), 0))
+    flags = struct.unpack_from("<H", data, 10)[0]
+    struct.pack_into("<H", data, 10, flags & ~MARKED)
+    struct.pack_into("<I", data, 40, crc32c(bytes(data[:40])))
+    for nb in range(BLOCK, len(data) - BLOCK + 1, BLOCK):
+        if decode_block_header(data, nb) is not None:
+            struct.pack_into("<I", data, nb + 16, 0)
+            struct.pack_into("<I", data, nb + 20, crc32c(bytes(data[nb:nb + 20])))
+    f.pwrite(bytes(data), 0)
+    f.fsync()
+    f.close()

@@ -57,6 +57,40 @@ def _cmdline(pid):
         return b""
 
 
+def _started(pid):
+    """When `pid` started (clock ticks after boot), None once it is gone. With
+    the PID it names one process: PIDs wrap quickly on a busy machine
+    (pid_max 32768), and a reused one - another test's process, a kernel
+    worker with an empty command line - is not the process seen here."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2:].split()[19])
+
+
+def _see(seen, pids):
+    for p in pids:
+        if p not in seen:
+            t = _started(p)
+            if t is not None:
+                seen[p] = t
+
+
+def _left(seen, wait=30.0):
+    """The processes in `seen` still running (same PID and start time, not a
+    zombie), once those on their way out have had `wait` seconds to go: one
+    that is exiting already has an empty command line but is not a zombie yet,
+    while a server left behind never goes by itself."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = {p: _cmdline(p) for p, t in seen.items() if processes.alive(p) and _started(p) == t}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
 CHILD = """
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -71,21 +105,21 @@ def test_a_harness_killed_with_sigterm_stops_its_servers(system, phase, server_p
     _need(system)
     child = subprocess.Popen([sys.executable, "-c", CHILD, ROOT, system, server_parent])
     try:
-        pids, deadline = set(), time.monotonic() + 60
+        pids, deadline = {}, time.monotonic() + 60
         while time.monotonic() < deadline and child.poll() is None:
-            pids |= set(procs_under(server_parent))
+            _see(pids, procs_under(server_parent))
             for p in list(pids):
-                pids |= set(processes.children(p))
+                _see(pids, processes.children(p))
             if any(PHASE[system, phase] in _cmdline(p) for p in pids):
                 time.sleep(2 if phase == "serving" else 0.1)   # into the warm-up / mid-setup
                 for p in list(pids):
-                    pids |= set(processes.children(p))
+                    _see(pids, processes.children(p))
                 break
             time.sleep(0.02)
         assert child.poll() is None and pids, f"the harness never reached {phase}"
         child.send_signal(signal.SIGTERM)
         assert child.wait(90) == -signal.SIGTERM
-        left = {p: _cmdline(p) for p in pids if processes.alive(p)}
+        left = _left(pids)
     finally:
         if child.poll() is None:
             child.kill()
