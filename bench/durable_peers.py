@@ -5,7 +5,10 @@ untimed second of the same writes): a bare 4 KiB pwrite +
 fdatasync loop; pagestore (wal_mode="fsync") with 1 and 16 threads, a put
 per durable commit; plyvel (LevelDB, sync=True) with 16 threads; and
 pagestore.aio with N tasks in one event loop, each awaiting durable puts in
-a loop. Every run records each commit's latency (p50/p99 beside the rate).
+a loop. Every run records each commit's latency (p50/p99 beside the rate);
+the asyncio run also the event loop thread's CPU per put
+(`loop_cpu_us_per_op`): with N tasks in flight the mean latency is at least
+N times it (Little's law), whatever the disk.
 After the aio run the store is reopened and every acknowledged put is
 looked for.
 
@@ -150,14 +153,16 @@ def pagestore_aio(tasks: int, seconds: float, data_dir=None) -> dict:
                     i += 1
                 acked[t] = i
 
-            t0, c0 = time.perf_counter(), _cpu()
+            t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
             await asyncio.gather(*(task(t) for t in range(tasks)))
-            return time.perf_counter() - t0, _cpu() - c0, db.stats()["aio_group_size_mean"]
+            loop_cpu = time.thread_time() - l0      # the event loop's thread alone
+            return time.perf_counter() - t0, _cpu() - c0, loop_cpu, db.stats()["aio_group_size_mean"]
 
     try:
-        took, cpu, group = asyncio.run(main())
+        took, cpu, loop_cpu, group = asyncio.run(main())
         r = _summary(lat, took, cpu)
         r["group_mean"] = group
+        r["loop_cpu_us_per_op"] = loop_cpu / max(r["ops"], 1) * 1e6
         with pagestore.open(d) as db:
             missing = sum(1 for t in range(tasks) for i in range(acked[t])
                           if db.get(b"%03d-%09d" % (t, i)) != VALUE)
@@ -253,7 +258,8 @@ def show(res: dict) -> None:
     for i, row in enumerate(res["rounds"]):
         print(f"-- round {i + 1}")
         for name, r in row.items():
-            extra = "".join(f"  {k}={r[k]:.4g}" for k in ("group_mean", "acked", "missing_after_reopen") if k in r)
+            extra = "".join(f"  {k}={r[k]:.4g}" for k in ("loop_cpu_us_per_op", "group_mean", "acked",
+                                                          "missing_after_reopen") if k in r)
             cpu = f"  cpu {r['cpu_us_per_op']:5.1f} us/op" if "cpu_us_per_op" in r else ""
             print(f"   {name:22s} {r['ops_per_s']:10.0f}/s  p50 {r['p50_us']:8.0f} us  p99 {r['p99_us']:8.0f} us{cpu}{extra}")
     for i, g in enumerate(res["gets"]):

@@ -6,7 +6,9 @@ operating system's page cache and have no such edge. This scenario loads
 random 16-byte keys with 100-byte values in batches of 5,000 until the data is
 a chosen multiple of pagestore's page memory (4x and 10x by default), then
 reads random loaded keys, into each store in turn, and prints each store's
-rate with its ratio to LMDB and RocksDB.
+rate with its ratio to LMDB and RocksDB. When pagestore's checkpoints ran, it
+also prints the pages they cleaned per second beside the device's sequential
+write rate, measured right after in the same directory.
 
     python -m bench.outgrowth                        # 4x and 10x of 64 MiB
     python -m bench.outgrowth --memory-size 256 --ratios 4 --rounds 3
@@ -34,6 +36,7 @@ import tempfile
 import time
 
 MiB = 1 << 20
+PAGE = 4096
 KEY, VALUE, BATCH = 16, 100, 5_000
 # bytes of store per key the data size counts: key, value and ~30 bytes of
 # each store's per-entry overhead (a 4 M-key pagestore holds ~600 MB)
@@ -144,13 +147,21 @@ class Peer:
             raise ValueError(f"unknown store {name!r}; choose from {', '.join(STORES)}")
 
     def facts(self) -> dict:
-        """pagestore's page-memory figures after the run (nothing for the peers)."""
+        """pagestore's page-memory and checkpoint figures after the run (nothing for
+        the peers); ``ckpt_pages`` and ``ckpt_seconds`` sum the checkpoints the
+        store's history still holds, so their quotient is the pace of cleaning."""
         if self.name != "pagestore":
             return {}
         s = self.db.stats()
         keep = ("page_memory_size", "page_memory_used", "page_memory_resident", "page_loads",
-                "evictions", "checkpoints", "stalls", "nomem_waits", "parks")
-        return {k: s[k] for k in keep if k in s}
+                "evictions", "checkpoints", "throttle_stalls", "throttle_nomem_waits", "throttle_parks",
+                "pages_written", "page_bytes_written", "recovery_bytes_written")
+        out = {k: s[k] for k in keep if k in s}
+        history = s.get("checkpoint_history") or []
+        out["ckpt_pages"] = sum(h.get("pages", 0) for h in history)
+        out["ckpt_seconds"] = sum(h.get("total_seconds") or 0.0 for h in history)
+        out["ckpt_napped_seconds"] = sum(h.get("napped_seconds") or 0.0 for h in history)
+        return out
 
     def close(self):
         self.db.close()
@@ -177,8 +188,23 @@ def measure(name: str, work: Workload, memory_size: int | None, data_dir: str | 
             peer.close()
     finally:
         shutil.rmtree(path, ignore_errors=True)
+    if facts.get("ckpt_seconds"):
+        facts.update(cleaning(facts, data_dir))
     return {"store": name, "load_s": load_s, "get_s": get_s,
             "load_per_s": work.keys / load_s, "get_per_s": len(work.get_keys) / get_s, **facts}
+
+
+def cleaning(facts: dict, data_dir) -> dict:
+    """How fast checkpoints cleaned pages, beside the device's sequential write rate
+    measured now, in the same directory: each cleaned page is written twice (its
+    recovery copy and its place in the page file), so the device's limit is half
+    its sequential rate in pages. The plain write is as large as what the
+    checkpoints wrote, capped at 256 MiB."""
+    from bench.ckptbench import sequential_write_rate
+    written = facts.get("page_bytes_written", 0) + facts.get("recovery_bytes_written", 0)
+    seq = sequential_write_rate(min(max(written, MiB), 256 * MiB), data_dir)["rate"]
+    return {"ckpt_pages_per_s": facts["ckpt_pages"] / facts["ckpt_seconds"],
+            "device_write_per_s": seq, "device_pages_per_s": seq / PAGE / 2}
 
 
 def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print, rounds: int = 1) -> list:
@@ -203,6 +229,10 @@ def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print, rou
                          data_ratio=round(keys * ENTRY / memory[memory_size], 1), round=rnd)
                 say(f"  {'' if rounds == 1 else f'round {rnd + 1} '}{label:<28} {LABELS.get(name, name):<10} "
                     f"load {r['load_per_s']:>10,.0f}/s   gets {r['get_per_s']:>10,.0f}/s")
+                if "ckpt_pages_per_s" in r:
+                    say(f"    checkpoints cleaned {r['ckpt_pages_per_s']:,.0f} pages/s while they ran; "
+                        f"the device writes {r['device_write_per_s'] / MiB:,.0f} MiB/s sequentially, "
+                        f"{r['device_pages_per_s']:,.0f} pages/s at two writes a page")
                 out.append(r)
     return out
 
@@ -242,7 +272,7 @@ def sized_cases(memory_size, ratios) -> list:
         sized = default_memory_size()
         mem_label = f"default memory_size ({sized / MiB:,.0f} MiB)"
     else:
-        memory = sized = int(memory_size) // 4096 * 4096
+        memory = sized = int(memory_size) // PAGE * PAGE
         mem_label = f"memory_size {sized / MiB:,.0f} MiB"
     return [(f"data {ratio:g}x page memory, {mem_label}", int(ratio * sized // ENTRY), memory)
             for ratio in ratios]
@@ -252,7 +282,7 @@ def cases_from(args) -> list:
     """(label, keys, memory_size) per requested ratio, or the one --keys case."""
     memory = None if args.memory_size == "default" else float(args.memory_size) * MiB
     if args.keys:
-        sized = int(memory) // 4096 * 4096 if memory else default_memory_size()
+        sized = int(memory) // PAGE * PAGE if memory else default_memory_size()
         mem_label = f"memory_size {sized / MiB:,.0f} MiB" if memory else \
             f"default memory_size ({sized / MiB:,.0f} MiB)"
         return [(f"{args.keys:,} keys, {mem_label} (data {args.keys * ENTRY / sized:.1f}x)", args.keys,

@@ -112,21 +112,26 @@ def _arrow(a: float, b: float, fmt: str) -> str:
 
 
 def sentence(tbl: pd.DataFrame) -> str:
-    """One line: pagestore's rates and ratios at the smallest and the largest data ratio."""
+    """One line: pagestore's rates and ratios at the smallest and the largest data ratio
+    (at the one data ratio, when only one was run)."""
     if tbl.empty or "pagestore" not in set(tbl["store"]):
         return "Data outgrowing page memory: pagestore did not run."
     ps = tbl[tbl["store"] == "pagestore"].sort_values("data_ratio")
     lo, hi = ps.iloc[0], ps.iloc[-1]
     mem = f"{lo['page_memory'] / (1 << 20):,.0f} MiB"
-    parts = [f"With {mem} of page memory and data growing from {lo['data_ratio']:g}× to {hi['data_ratio']:g}× "
-             f"of it, pagestore loaded {_arrow(lo['load_per_s'], hi['load_per_s'], ',.0f')} keys/s"]
-    ratios = [f"{_arrow(lo[f'load_x_{ref}']['median'], hi[f'load_x_{ref}']['median'], '.2f')}× {t}"
+    # one data size is stated as it is, not as an arrow from a size to itself
+    arrow = _arrow if len(ps) > 1 else (lambda a, b, fmt: f"{b:{fmt}}")
+    size = f"growing from {lo['data_ratio']:g}× to {hi['data_ratio']:g}×" if len(ps) > 1 else \
+        f"{hi['data_ratio']:g}×"
+    parts = [f"With {mem} of page memory and data {size} "
+             f"of it, pagestore loaded {arrow(lo['load_per_s'], hi['load_per_s'], ',.0f')} keys/s"]
+    ratios = [f"{arrow(lo[f'load_x_{ref}']['median'], hi[f'load_x_{ref}']['median'], '.2f')}× {t}"
               for ref, t in REFERENCES if lo[f"load_x_{ref}"]["n"] and hi[f"load_x_{ref}"]["n"]]
     if ratios:
         parts[0] += f" ({', '.join(ratios)})"
-    gets = f"and served {_arrow(lo['get_per_s'], hi['get_per_s'], ',.0f')} gets/s"
+    gets = f"and served {arrow(lo['get_per_s'], hi['get_per_s'], ',.0f')} gets/s"
     if lo["get_x_lmdb"]["n"] and hi["get_x_lmdb"]["n"]:
-        gets += f" ({_arrow(lo['get_x_lmdb']['median'], hi['get_x_lmdb']['median'], '.2f')}× LMDB)"
+        gets += f" ({arrow(lo['get_x_lmdb']['median'], hi['get_x_lmdb']['median'], '.2f')}× LMDB)"
     parts.append(gets)
     n = int(ps["rounds"].max())
     how = "one round, so no spread to judge it by" if n == 1 else f"medians of {n} rounds"

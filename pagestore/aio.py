@@ -99,6 +99,10 @@ class AsyncDatabase:
         # loop nothing may block in it, so it only notes the LSN and the
         # syncer makes it durable.
         _database.route_commits(db, self._note)
+        self._db_put = db.put
+        # a Future made by its type, not by a call of the loop's Python method
+        self._future = asyncio.Future if type(loop.create_future()) is asyncio.Future \
+            else (lambda loop: loop.create_future())
         self._wake = threading.Event()
         self._gate = engine.wal.syncer_gate()   # None: the syncer runs in Python
         self._efd = -1
@@ -117,7 +121,7 @@ class AsyncDatabase:
 
     # -- durability --------------------------------------------------------------
     def _after_write(self, sync, result=None) -> asyncio.Future:
-        fut = self._loop.create_future()
+        fut = self._future(loop=self._loop)
         if self._fsync or sync:
             self._pending.append((self._lsn, fut, result))
             if self._efd >= 0:
@@ -211,16 +215,26 @@ class AsyncDatabase:
             self._check()
             result = call(*args)
         except BaseException as exc:        # noqa: BLE001 - raised from the await
-            fut = self._loop.create_future()
-            fut.set_exception(exc)
-            return fut
+            return self._failed(exc)
         return self._after_write(sync, result)
+
+    def _failed(self, exc: BaseException) -> asyncio.Future:
+        fut = self._loop.create_future()
+        fut.set_exception(exc)
+        return fut
 
     # -- operations --------------------------------------------------------------
     def put(self, key, value, *, sync: bool = False) -> asyncio.Future:
         """Await to store `value` under `key`; durable when it completes in fsync
         mode or with `sync=True`."""
-        return self._write(self._db.put, key, value, sync=sync)
+        # `_write` inlined: the loop's hot path pays each Python call once per put
+        if self._closing or self._error is not None:
+            return self._write(self._db_put, key, value, sync=sync)     # raises ClosedError
+        try:
+            self._db_put(key, value)
+        except BaseException as exc:        # noqa: BLE001 - raised from the await
+            return self._failed(exc)
+        return self._after_write(sync)
 
     def delete(self, key, *, sync: bool = False) -> asyncio.Future:
         """Await to remove `key`; True if it was there (durable as for `put`)."""

@@ -184,6 +184,11 @@ class Cipher:
                 page[:] = bytes(ps)
         return opened
 
+    def page_opener(self) -> tuple:
+        """(key table, associated-data prefix) with which the C core opens sealed
+        pages on a page miss (`ps_set_page_key`; the table is `open_pages`')."""
+        return self._keytab, self._page_ad
+
     def open_page(self, raw, page_id: int, path) -> bytes:
         """The plain page from its on-disk image; EncryptionError if it does not authenticate."""
         raw = memoryview(raw)

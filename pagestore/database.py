@@ -2,8 +2,10 @@
 
 A write is one call into the C core, which changes the pages and appends
 the logical WAL record under its tree lock, then one call into the WAL for
-the mode's durability (nothing for log_only on a mapped segment; a group
-commit for fsync), then one look at the throttling hint the core keeps.
+the mode's durability (nothing for log_only on a mapped segment), then one
+look at the throttling hint the core keeps. A durable write (fsync mode, or
+`sync=True`) joins its group commit in the same C call as the write
+(wal/commit.py `WaitedWrites`), so it lets the GIL go once.
 Everything slow — page misses, segment switches, checkpoints, recovery — is
 off that path, behind the `Engine` (pagestore/engine.py) a `Database` holds:
 opening and crash recovery are recovery/opening.py's sequence, the
@@ -34,6 +36,7 @@ from . import faults
 from .config import Config, make_config
 from .backup import BackupMixin
 from .compaction import CompactMixin
+from .durability import DurableWrites
 from .engine import Engine
 from .errors import ClosedError, ConfigError, Error, ReadOnlyError
 from .keys import as_key, as_value, bounds
@@ -93,6 +96,7 @@ def route_commits(db: "Database", commit) -> None:
     the WAL's group commit (pagestore.aio makes them durable from its syncer);
     kept when compact() swaps the engine."""
     db._commit_route = db._wal_commit = commit
+    db._waited = None
 
 
 # Open stores, for the fork hook: a forked child inherits the parent's store
@@ -113,7 +117,7 @@ def _disown_in_child() -> None:
 os.register_at_fork(after_in_child=_disown_in_child)
 
 
-class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, CheckpointReports):
+class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, CheckpointReports, DurableWrites):
     """An open store. Thread-safe: any number of threads may call it at once."""
 
     def __init__(self, path: str, config: Config, fs, *, create: bool = True, read_only: bool = False):
@@ -139,8 +143,12 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         self._core_put, self._core_get, self._core_delete = core.put, core.get, core.delete
         self._core_batch, self._core_scan = core.apply_batch, core.scan_batch
         reader = _native.reader(core)     # gets of pages in memory, GIL held (_native/fastget.py)
-        self._fast_get, self._fast_get_many = reader.get, reader.get_many
+        # a miss is loaded in C too, without the GIL (only errors come back SLOW)
+        self._fast_get, self._fast_get_many = reader.get_or_load, reader.get_many
         self._wal_commit = self._commit_route or engine.wal.commit
+        # durable writes: the write and its commit's wait in one C call
+        waited = getattr(engine, "waited_writes", None)     # a read-only engine has none
+        self._waited = None if self._commit_route or waited is None else waited()
         self._watch_checkpoints(engine)
 
     def _check_open(self) -> None:
@@ -197,6 +205,10 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
             key = as_key(key)
         if type(value) is not bytes:
             value = as_value(value)
+        w = self._waited
+        if w is not None and (sync or w.always) and (flags := w.flags(sync)):
+            self._waited_write(w.put, (key, value), flags, sync, "put")    # one C call
+            return
         lsn = -1
         try:
             try:
@@ -239,6 +251,9 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """Remove `key`; True if it was there. `sync` as for `put`."""
         self._check_writable("delete")
         key = as_key(key)
+        w = self._waited
+        if w is not None and (sync or w.always) and (flags := w.flags(sync)):
+            return self._waited_write(w.delete, (key,), flags, sync, "delete")   # one C call
         lsn = -1
         try:
             try:
@@ -258,20 +273,6 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         if self._signals.throttle_hint:
             self._throttle.check()
         return True
-
-    def sync(self) -> None:
-        """Make every write that has returned durable (one group-commit round)."""
-        self._check_writable("sync")
-        try:
-            self._engine.wal.flush()
-        except Exception as e:  # noqa: BLE001 - typed, and the log's failure noted
-            self._raise_failed(e, "sync")
-
-    def _sync_to(self, lsn: int) -> None:
-        wal = self._engine.wal
-        if lsn > wal.durable_lsn:
-            self.fs.crash_point("wal.sync_write_logged")
-            wal.flush(lsn)
 
     def put_many(self, items) -> None:
         """Put every pair of `items` (a mapping or (key, value) pairs) as one atomic batch."""
@@ -332,7 +333,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """A serializable transaction: writes buffered, applied atomically at commit,
         or ConflictError when what it read changed meanwhile (docs/transactions.md)."""
         self._check_writable("transaction") if self._state is State.READ_ONLY else self._check_open()
-        return Transaction(self._engine, self._check_open)
+        return Transaction(self._engine, self._check_open, self._check_writable)
 
     def snapshot(self) -> Snapshot:
         """A read-only view of the store as of now (pagestore/snapshot.py)."""

@@ -122,6 +122,7 @@ class Engine(RecoveringStoreMixin):
         """
         wal, core = self.wal, self.core
         wal.fence = core.fence
+        self._acks_in_python = False
         if wal.mode != "fsync" and wal.shared_mapping:
             return
         # fsync mode: the acknowledged end is the group commit's durable LSN,
@@ -142,6 +143,16 @@ class Engine(RecoveringStoreMixin):
             return durable
 
         wal.commit, wal.flush = commit_acknowledged, flush_acknowledged
+        self._acks_in_python = True
+
+    def waited_writes(self):
+        """The core's puts and deletes that wait for their commit in the same C
+        call (wal/commit.py `WaitedWrites`), or None: no WAL, or a log whose
+        commit and flush also acknowledge in Python (`_guard_log`)."""
+        wal = self.wal
+        if wal is None or getattr(self, "_acks_in_python", True):
+            return None
+        return wal.waited_writes(self.core)
 
     def _wal_options(self) -> dict:
         cfg = self.config

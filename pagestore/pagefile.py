@@ -1,10 +1,11 @@
 """The page file: page `i` at offset `i * page_size`, page 0 the meta page.
 
-All I/O goes through a `diskio` file. The C core reads pages through
-`read_page` (its miss callback) and verifies their checksums; the
-checkpointer and recovery write page images through `write_pages` and make
-them durable with `sync`. When the store is encrypted, the image on disk is
-sealed by `cipher` and opened here, so the C core only ever sees plaintext.
+All I/O goes through a `diskio` file. On a page miss the C core preads a
+plain posix file itself (`direct_fd`) and, when the store is encrypted, opens
+the sealed image itself too (`page_key`); otherwise, and whenever its own read
+fails a check, it calls `read_page`, which reads, opens, verifies and raises
+the error naming the file. The checkpointer and recovery write page images
+through `write_pages` (sealed here) and make them durable with `sync`.
 """
 
 from __future__ import annotations
@@ -96,9 +97,15 @@ class PageFile:
                 f"{self.path}: size {self.file.size()} is not a multiple of the page size", self.path)
 
     def direct_fd(self) -> int | None:
-        """The fd the C core may read and write pages through itself, or None when
-        every page must pass through this class (sealed pages are opened here)."""
-        return self._fd if self.cipher is None else None
+        """The fd the C core may read pages through itself, or None when every page
+        must pass through this class (the crash simulator, O_DIRECT, or sealed pages
+        without libcrypto for the core to open them with: `page_key`)."""
+        return self._fd if self.cipher is None or self.cipher.bulk else None
+
+    def page_key(self):
+        """What the C core opens this file's sealed pages with on a miss
+        (`Core.set_page_key`'s arguments), or None for a plain page file."""
+        return None if self.cipher is None else self.cipher.page_opener()
 
     def read_page(self, page_id: int, buf) -> None:
         """Fill `buf` with page `page_id` as the C core expects it (plaintext).

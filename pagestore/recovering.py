@@ -91,6 +91,9 @@ class RecoveringStoreMixin:
     def _use_direct_fd(self) -> None:
         fd = self.pages.direct_fd()
         if fd is not None:
+            key = self.pages.page_key()
+            if key is not None:                # sealed pages: the core opens them too
+                self.core.set_page_key(*key)
             self.core.set_page_fd(fd)
 
     def page_count(self) -> int:

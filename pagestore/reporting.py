@@ -3,9 +3,9 @@
 A checkpoint the store starts by itself (the interval, the WAL's size, dirty
 pages) has no caller to raise to. When one fails after the last one had
 succeeded, the store moves to `State.CHECKPOINT_FAILED`; the next write
-(put, delete, put_many, sync, checkpoint, compact) raises that failure's
-typed error once, naming the checkpoint's file, and is not applied; the
-store is OPEN again and later writes go on while the checkpointer retries
+(put, delete, put_many, a transaction's commit, sync, checkpoint, compact)
+raises that failure's typed error once, naming the checkpoint's file, and
+is not applied; the store is OPEN again and later writes go on while the checkpointer retries
 with backoff (checkpoint/attempt.py). Reads never see it. Linux reports a
 failed write-back the same way: once, to the next fsync that can see it.
 Costs the hot path nothing: a write already looks at the state.

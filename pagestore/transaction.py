@@ -52,8 +52,11 @@ class Transaction:
     again (`run_transaction` does so).
     """
 
-    def __init__(self, engine, check_open):
+    def __init__(self, engine, check_open, check_writable=None):
         self._engine, self._check_store = engine, check_open
+        # the store's check before a write: a failed background checkpoint is
+        # reported to the next write, a commit included
+        self._check_writable = check_writable
         self._writes: dict[bytes, object] = {}
         self._reads = bytearray()
         self._read_keys: set[bytes] = set()
@@ -191,6 +194,8 @@ class Transaction:
             reads, snap = bytes(self._reads), self._snap
         try:
             if ops:
+                if self._check_writable is not None:
+                    self._check_writable("commit")
                 self._apply(ops, reads, snap)
         finally:
             if snap is not None:

@@ -10,7 +10,8 @@ Rounds in C: in fsync mode on posix files with the pwrite path (records not
 sealed in Python), the segments the encoder writes are registered with the
 C gate (`_register`), and an elected leader pwrites + fdatasyncs its round
 there, without coming back to Python, while no crash point is armed: a
-durable put is then the core's call and the gate's. Every other round (two
+durable put is then one call, the core's write and the gate's wait
+together (`WaitedWrites`). Every other round (two
 segments, zeros being written ahead by the grower, a crash point armed)
 takes the Python path (`_round`). Both publish under the gate's publish
 lock, which also guards `published`; the gate keeps `durable`. A round that
@@ -25,7 +26,7 @@ from pagestore.diskio.errors import make_error
 
 from .gate import RoundFailed
 
-__all__ = ["Committing"]
+__all__ = ["Committing", "WaitedWrites"]
 
 
 class Committing:
@@ -65,23 +66,40 @@ class Committing:
         """
         gate = self._gate
         ticket = gate.ticket()
+        # a round in C passes no crash point: not while one is armed
+        self._lead_or_wait(gate.wait, (lsn, linger, ticket, self._io and not self.fs.crash_points_armed),
+                     ticket)
+
+    def finish_waited(self, rc: int, lsn: int, ticket, commit: bool) -> None:
+        """The rest of a commit whose first wait ran in the same C call as its
+        write (`WaitedWrites`), `rc` that wait's outcome: lead the round it
+        was granted, or wait on, as `_flush` would have."""
+        self._lead_or_wait(self._gate.outcome,
+                     (rc, lsn, commit, ticket, self._io and not self.fs.crash_points_armed), ticket)
+
+    def _lead_or_wait(self, wait, args, ticket) -> None:
+        # `wait(*args)` says whether this thread leads a round (the gate's wait)
         ok = False
         try:
             try:
-                # a round in C passes no crash point: not while one is armed
-                if not gate.wait(lsn, linger, ticket, self._io and not self.fs.crash_points_armed):
+                if not wait(*args):
                     return
             except RoundFailed as failed:
                 raise self.round_failed(failed) from None
             self._round(ticket)
             ok = True
         finally:
-            # granted is set before wait() returns: an interrupt on the way
+            # granted is set before the wait returns: an interrupt on the way
             # back from it still reports the round (done ignores a ticket
             # that was not granted)
             if ticket.granted:
-                gate.done(ticket, ok)
+                self._gate.done(ticket, ok)
         self._after_round()
+
+    def waited_writes(self, core) -> "WaitedWrites | None":
+        """Writes of `core` that wait for their commit in the same C call, or
+        None when the gate cannot (a gate without `writes`)."""
+        return WaitedWrites(self, self._gate, self._io, core) if hasattr(self._gate, "writes") else None
 
     def lead_round(self, ticket) -> None:
         """Do the round the gate granted `ticket` on the Python path (one the C
@@ -165,3 +183,48 @@ class Committing:
         if self._io:
             self._gate.io_enable(False)
             self._gate.io_forget()
+
+
+class WaitedWrites:
+    """A put or delete and its commit's first wait in one call into the C gate
+    (`GroupCommit.writes`): a durable write releases the GIL once, not once
+    for the write and again for the wait.
+
+    `flags(sync)` is 0 where the two-step way (the core's write, then the
+    WAL's `commit` or `flush`) must be taken: a write not durable by mode
+    and without `sync`, or a `sync=True` write while a crash point is armed
+    (the store's "wal.sync_write_logged" lies between its two steps). Else
+    the caller calls `put`/`delete` with those flags and its `ticket()`; a
+    nonzero outcome (a round to lead, a slice run out, a failure) goes to
+    `finish(rc, ticket.lsn, ticket, sync)`, which raises as the WAL's commit.
+    """
+
+    __slots__ = ("put", "delete", "ticket", "always", "_wal", "_fs", "_flags", "_done")
+
+    def __init__(self, wal: "Committing", gate, io: bool, core):
+        self.put, self.delete = gate.writes(core)
+        self.ticket = gate.ticket
+        self._done = gate.done
+        self._wal, self._fs = wal, wal.fs
+        self.always = wal.mode == "fsync"      # every commit waits (fsync mode)
+        f = gate.wait_flags
+        # (commit, rounds in C allowed), (commit, a crash point armed), (sync=True)
+        self._flags = (f(True, io), f(True, False), f(False, io))
+
+    def flags(self, sync: bool) -> int:
+        """The first wait's flags for a write (see the class docstring), 0: two steps."""
+        armed = self._fs.crash_points_armed
+        if sync:
+            return 0 if armed else self._flags[2]
+        if not self.always:
+            return 0
+        return self._flags[1] if armed else self._flags[0]
+
+    def finish(self, rc: int, lsn: int, ticket, sync: bool) -> None:
+        """The rest of the commit after a nonzero outcome `rc` of `put`/`delete`."""
+        self._wal.finish_waited(rc, lsn, ticket, not sync)
+
+    def release(self, ticket) -> None:
+        """Report a round `ticket` was granted and that was not led (an
+        interrupt came first): the waiters retry, and one of them leads it."""
+        self._done(ticket, False)

@@ -48,14 +48,30 @@ Record (block headers are skipped, not counted)
          DELETE: txid u64, klen u32, key; COMMIT: txid u64, nops u32;
          CHECKPOINT: checkpoint_id u64, opaque bytes; PAGE_SNAPSHOT: page_id
          u64, codec u8, len u32, image; PAGE_DELTA: page_id u64, nranges u16,
-         then off u16, len u16, bytes per range; ROLLBACK: txid u64)
+         then off u16, len u16, bytes per range; ROLLBACK: txid u64;
+         END: no payload, see below)
+
+End trailer (END, type 8: a record header alone, length 17, never sealed)
+  After every record the writer writes an END at the record's end E, where
+  the next record will begin (after the block header, written then with its
+  mark, if E starts a block; across the next block header, as records run,
+  if fewer than 17 bytes are left in E's block); the next record overwrites
+  it. The END is written after the record is complete, so a whole END (crc,
+  length 17, lsn field equal to its LSN) proves every record before it was
+  complete. A record is placed in a segment only if an END still fits after
+  it; otherwise it goes to the next segment, so the last record of every
+  segment is followed by its END. Replay ends the segment at a valid END
+  (it is not replayed and is no tail) and goes on to the next segment as
+  at any stop. The END takes no log space: the log's end LSN stays E.
+  Logs written before the END read as before (no flag: a valid END cannot
+  appear in them by chance, its crc and its own LSN are checked).
 
 Validity rule
   A record at LSN x is valid iff its block and every block it crosses has a
   valid block header (magic, version, crc, block_lsn equal to the block's
   LSN), 17 <= length and it fits in the segment, its lsn field equals x, its
   crc32c matches, and its type is known with a payload of the right shape.
-  Replay stops at the first invalid record. Moving from segment seq to seq+1
+  Replay stops at the first invalid record or at an END. Moving from segment seq to seq+1
   is valid only if seq+1 has a valid header whose prev_end_lsn equals the
   end LSN of the last valid record read.
 
@@ -67,8 +83,13 @@ Torn tail or damage (marked segments)
   the rest of the log is a torn tail (cut aside, no damage) unless the log
   says a record at or after x was complete: a valid block header of this
   incarnation at or after x (later blocks of the stop's segment, blocks of
-  later segments) whose mark W > x, or the record at x passing its crc (its
-  lsn field taken as x), so complete yet invalid. Either is damage.
+  later segments) whose mark W > x, a whole record or END after x (in x's
+  block, or the first to begin in a later block), or the record at x
+  passing its crc (its lsn field taken as x), so complete yet invalid. Any
+  of these is damage. Since an END follows every record, damage to any
+  record whose END reached the disk is reported, the log's last record
+  included. An END at x itself proves nothing about x (a writer killed
+  while overwriting it with the next record leaves it partly old).
   Unmarked segments keep the older rule (wal/stop.py, examine_stop).
 """
 
@@ -82,11 +103,11 @@ __all__ = [
     "BLOCK", "BLOCK_HDR", "BLOCK_HDR_LEN", "BLOCK_MAGIC", "CONTINUED", "FIRST_RECORD",
     "MIN_SEGMENT", "REC_HDR", "REC_HDR_LEN", "SEG_HDR", "SEG_HDR_LEN", "SEG_MAGIC",
     "VERSION", "WINDOW", "PUT", "DELETE", "COMMIT", "CHECKPOINT", "PAGE_SNAPSHOT",
-    "PAGE_DELTA", "ROLLBACK", "TYPE_NAMES", "SegmentHeader", "StreamWriter", "MARKED", "NO_MARK",
+    "PAGE_DELTA", "ROLLBACK", "END", "TYPE_NAMES", "SegmentHeader", "StreamWriter", "MARKED", "NO_MARK",
     "encode_segment_header", "decode_segment_header", "encode_block_header",
     "decode_block_header", "block_mark", "encode_record", "payload_put", "payload_delete",
     "payload_commit", "payload_checkpoint", "payload_rollback", "payload_well_formed",
-    "physical_end", "crc32c",
+    "physical_end", "end_after", "encode_end", "crc32c",
 ]
 
 # DO NOT CHANGE THESE VALUES: they are embedded in the on-disk data.
@@ -112,8 +133,10 @@ assert struct.calcsize(REC_HDR) == REC_HDR_LEN
 FIRST_RECORD = BLOCK + BLOCK_HDR_LEN  # offset of a segment's first record
 
 PUT, DELETE, COMMIT, CHECKPOINT, PAGE_SNAPSHOT, PAGE_DELTA, ROLLBACK = 1, 2, 3, 4, 5, 6, 7
+END = 8                             # the end trailer: a record header alone, at the log's end
 TYPE_NAMES = {PUT: "PUT", DELETE: "DELETE", COMMIT: "COMMIT", CHECKPOINT: "CHECKPOINT",
-              PAGE_SNAPSHOT: "PAGE_SNAPSHOT", PAGE_DELTA: "PAGE_DELTA", ROLLBACK: "ROLLBACK"}
+              PAGE_SNAPSHOT: "PAGE_SNAPSHOT", PAGE_DELTA: "PAGE_DELTA", ROLLBACK: "ROLLBACK",
+              END: "END"}
 
 _seg = struct.Struct(SEG_HDR)
 _blk = struct.Struct(BLOCK_HDR)
@@ -205,6 +228,11 @@ def encode_record(rtype: int, lsn: int, payload: bytes) -> bytes:
     return struct.pack("<I", crc32c(body)) + body
 
 
+def encode_end(lsn: int) -> bytes:
+    """The 17 bytes of the END trailer whose first byte is at `lsn`."""
+    return encode_record(END, lsn, b"")
+
+
 def payload_put(key: bytes, value: bytes, txid: int = 0) -> bytes:
     """The payload of a PUT record (txid 0: an atomic operation of its own)."""
     return _put.pack(txid, len(key), len(value)) + key + value
@@ -275,6 +303,12 @@ def physical_end(start: int, length: int) -> int:
     return (start // BLOCK + blocks) * BLOCK + BLOCK_HDR_LEN + rest - (blocks - 1) * per
 
 
+def end_after(pos: int) -> int:
+    """Segment offset just past the END written at segment offset `pos` (a
+    record's end): a block header first if `pos` starts a block."""
+    return physical_end(pos + BLOCK_HDR_LEN if pos % BLOCK == 0 else pos, REC_HDR_LEN)
+
+
 # -- the writer ----------------------------------------------------------------
 class StreamWriter:
     """Appends records into mapped segments exactly as the C encoder does.
@@ -284,7 +318,8 @@ class StreamWriter:
     the rest of the segment, `segment_for(seq + 1)` supplies the next buffer
     and the writer puts a segment header (prev_end_lsn = end of the last
     record) in it. A block header is written when the write position first
-    enters a block. `end_lsn` is the LSN just past the last record written.
+    enters a block. `end_lsn` is the LSN just past the last record written;
+    an END trailer (see the table above) is written there after each record.
     With `reserve_tags` it lays each record out as a sealed one (16 zero bytes
     after the payload, counted in its length), as the C encoder does for the
     Python sealer (wal/recseal.py), which seals them before they are written.
@@ -292,7 +327,7 @@ class StreamWriter:
     The written mark of its block headers is `mark`: the end of the last
     record written, or, before the first, the start position (as the C
     encoder counts from `wal_attach`). `marked=False` writes segments as
-    versions before the mark did (flag bit 4 off, mark fields 0).
+    versions before the mark did (flag bit 4 off, mark fields 0, no END).
     """
 
     def __init__(self, segment_size: int, buffer, seq: int, offset: int, prev_end_lsn: int,
@@ -320,8 +355,9 @@ class StreamWriter:
         payload = payload + self.tag_room
         length = REC_HDR_LEN + len(payload)
         start = self.pos + BLOCK_HDR_LEN if self.pos % BLOCK == 0 else self.pos
-        if self.pos >= size or physical_end(start, length) > size:
-            if physical_end(FIRST_RECORD, length) > size:
+        room = end_after if self.marked else (lambda e: e)
+        if self.pos >= size or room(physical_end(start, length)) > size:
+            if room(physical_end(FIRST_RECORD, length)) > size:
                 raise ValueError(f"a record of {length} bytes does not fit in a segment of {size}")
             if self.segment_for is None:
                 raise ValueError("segment full and no segment_for callback")
@@ -350,7 +386,25 @@ class StreamWriter:
             o += BLOCK_HDR_LEN
         self.pos = o
         self.end_lsn = self.mark = base + o
+        if self.marked:
+            self._write_end(base, o)
         return lsn, self.end_lsn
+
+    def _write_end(self, base: int, o: int) -> None:
+        """The END trailer at offset o (the new end), laid out as a record of 17 bytes; the
+        next record overwrites it (block header included, rewritten with its own first)."""
+        buf, mark = self.buffer, self.mark if self.marked else None
+        if o % BLOCK == 0:
+            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN, base + o, mark)
+            o += BLOCK_HDR_LEN
+        end = encode_end(base + o)
+        n = min(BLOCK - o % BLOCK, REC_HDR_LEN)
+        buf[o:o + n] = end[:n]
+        if n < REC_HDR_LEN:
+            o += n
+            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN + REC_HDR_LEN - n, base + o, mark)
+            o += BLOCK_HDR_LEN
+            buf[o:o + REC_HDR_LEN - n] = end[n:]
 
     def put(self, key: bytes, value: bytes, txid: int = 0) -> tuple[int, int]:
         """Append a PUT record; returns (lsn, end_lsn)."""

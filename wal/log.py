@@ -39,7 +39,7 @@ from pagestore.diskio.layout import tail_name
 from .archive import Archive
 from .commit import Committing
 from .gate import ThreadGate
-from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
+from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header, end_after
 from .reader import RecoveryReport, SegmentMissing, scan
 from .recseal import MAX_SEGMENT, seal_header
 from .segments import WRITE_PATHS, Segments
@@ -441,6 +441,8 @@ class Wal(Committing):
             a, b = max(lo - seq * S, 0), min(hi - seq * S, S)
             if b <= a:
                 continue
+            if b < S and b > BLOCK:
+                b = min(end_after(b), S)     # the END after the last record: it would prove them
             buf[a:b] = bytes(b - a)
             try:
                 self._segs.publish(seq, a, b)

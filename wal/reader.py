@@ -17,6 +17,10 @@ found means the writer got further than the stop: a valid record there is a
 and gaps raise a `WalRecoveryWarning` naming file and offset and are listed
 in the `RecoveryReport`; the caller (wal/log.py) then cuts the tail aside.
 
+A valid END trailer (wal/format.py) is where the writer left the segment:
+a clean end, not replayed and no tail; replay goes on to the next segment
+as at any stop. Damage before an END is proved by it (wal/stop.py).
+
 Marked segments (flag bit 4, all this version writes) judge a stop by the
 written mark of their block headers instead (wal/format.py, "Torn tail or
 damage"): unless the log proves that a record at or after the stop was
@@ -40,7 +44,7 @@ import warnings
 from collections.abc import Generator
 from dataclasses import dataclass, field
 
-from .format import COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR_LEN, ROLLBACK
+from .format import COMMIT, DELETE, END, FIRST_RECORD, PUT, REC_HDR_LEN, ROLLBACK
 from .recseal import record_opener, refuse_block_sealed
 from .record import (RUN, Record, RecordRun, read_record, record_offset,
                      segment_records)
@@ -223,6 +227,9 @@ def scan(segs, from_lsn: int, report: RecoveryReport):
                 rec = read_record(buf, base, o, S, good, opener)
                 if type(rec) is str:
                     fail = (cur, buf, base, o, rec, opener)
+                    break
+                if rec.type == END:
+                    fail = None        # the writer's clean end of this segment
                     break
                 report.records += 1
                 p = rec.end_lsn

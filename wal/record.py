@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, DELETE, FIRST_RECORD, PUT, REC_HDR,
+from .format import (BLOCK, BLOCK_HDR_LEN, CHECKPOINT, COMMIT, DELETE, END, FIRST_RECORD, PUT, REC_HDR,
                      REC_HDR_LEN, ROLLBACK, TYPE_NAMES, crc32c, decode_block_header, payload_well_formed,
                      physical_end)
 
@@ -128,6 +128,7 @@ def _gather(buf, base: int, o: int, n: int, good) -> bytes | None:
 
 def read_record(buf, base: int, o: int, size: int, good: set, opener=None):
     """The valid Record at segment offset o, or a string saying why there is none.
+    A valid END trailer comes back as a Record of type END (the log ends at its lsn).
 
     `opener` (wal/recseal.py) opens the records of a record-sealed segment:
     the Record holds the plaintext form, its end_lsn the stored length."""
@@ -162,6 +163,9 @@ def read_record(buf, base: int, o: int, size: int, good: set, opener=None):
         body = memoryview(raw)[4:]
     if crc32c(body) != crc:
         return "crc mismatch"
+    if rtype == END:
+        # the end trailer is never sealed and takes no log space
+        return Record(x, base + end, END, raw) if length == REC_HDR_LEN else f"malformed payload for type {END}"
     if opener is not None:
         raw = opener(o, raw)
         if raw is None:
@@ -191,12 +195,13 @@ def record_offset(p: int, base: int, size: int) -> int | None:
 
 def segment_records(buf, base: int, size: int, opener=None):
     """The valid records of one segment buffer, from its first record to the first
-    invalid one (no lookahead: for tools and the archive, not for recovery)."""
+    invalid one or the END trailer (no lookahead: for tools and the archive, not for
+    recovery)."""
     good: set = set()
     o = record_offset(base, base, size)
     while o is not None:
         rec = read_record(buf, base, o, size, good, opener)
-        if type(rec) is str:
+        if type(rec) is str or rec.type == END:
             return
         yield rec
         o = record_offset(rec.end_lsn, base, size)

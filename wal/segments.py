@@ -55,7 +55,7 @@ import threading
 from pagestore.diskio import PosixFS
 from pagestore.diskio.layout import parse_slot, slot_name
 
-from .format import BLOCK
+from .format import BLOCK, end_after
 from .growth import Growth
 from .recseal import RecordSealer
 from .slot import LiveSegment, SegmentSizeMismatch, Slot, read_slot
@@ -280,10 +280,16 @@ class Segments(SparePreparer, Growth):
         own: the block the next round writes into again must sit in a
         4 KiB folio, or that write dirties, and the next fdatasync writes
         back, the whole large folio.
+
+        When `hi` is a record's end, the END trailer the encoder wrote there
+        (wal/format.py) goes too: it is what proves that record complete.
         """
         live = self.live.get(seq)
         if live is None:
             return
+        rec_end = hi
+        if hi > BLOCK:
+            hi = min(end_after(hi), self.segment_size)
         if live.mapping is not None:
             live.mapping.publish(lo, hi)
             return
@@ -300,7 +306,7 @@ class Segments(SparePreparer, Growth):
             # Bytes past `hi` may hold records not sealed yet: only [lo, hi) goes.
             if live.sealer is None:
                 live.sealer = RecordSealer(self.cipher)
-            live.sealer.seal_to(buf, hi)
+            live.sealer.seal_to(buf, rec_end)
             f.pwrite(buf[lo:hi], lo)
             self.pwrites += 1
             self.pwrite_bytes += hi - lo

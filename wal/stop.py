@@ -5,7 +5,9 @@ follows is judged here. In a marked segment (wal/format.py, "Torn tail or
 damage") it is damage only if the log proves that a record at or after x
 was complete: a block header of this incarnation after x whose written mark
 passes x (in the stop's segment or a later one off the chain), a whole
-record after x in x's block, or the record at x whole by its crc (with every
+record or END trailer after x (in x's block, or the first to begin in a
+later block; an END follows every record, so this covers the log's last
+record too), or the record at x whole by its crc (with every
 block header inside it written by this incarnation). Otherwise it is the torn tail of a writer that
 was killed, or whose last blocks a power loss took before they were synced
 (with the log's acknowledged records before x, the contract of the WAL
@@ -17,7 +19,7 @@ written after x, for damage.
 
 from __future__ import annotations
 
-from .format import BLOCK, BLOCK_HDR_LEN, CONTINUED, REC_HDR_LEN, TYPE_NAMES, WINDOW, block_mark, crc32c
+from .format import BLOCK, BLOCK_HDR_LEN, CONTINUED, END, REC_HDR_LEN, TYPE_NAMES, WINDOW, block_mark, crc32c
 from .format import BLOCK_MAGIC as _MAGIC
 from .format import decode_block_header, physical_end
 from .record import _gather, _q, _rec, read_record
@@ -130,13 +132,24 @@ def _span_headers_written(buf, base: int, o: int, head: bytes, size: int) -> boo
     return True
 
 
+def _own_lsn(buf, base: int, pos: int, size: int, block_end: int) -> bool:
+    """True if a record header at pos (gathered across a block header) carries lsn base + pos."""
+    if pos + REC_HDR_LEN <= block_end:
+        return _q.unpack_from(buf, pos + 8)[0] == base + pos
+    if physical_end(pos, REC_HDR_LEN) > size:
+        return False
+    return _rec.unpack(_gather(buf, base, pos, REC_HDR_LEN, None))[2] == base + pos
+
+
 def _record_after(buf, base: int, o: int, size: int, opener=None):
-    """Offset of a whole record (its own lsn, its crc) that begins after o in o's block,
-    or in the first later block where one begins, or None. The encoder appends one record at a time, so a whole record after the stop
-    proves the record at the stop was complete: damage, not a torn tail."""
+    """Offset of a whole record or END trailer (its own lsn, its crc) that begins after o
+    in o's block, or in the first later block where one begins, or None. The encoder
+    appends one record at a time and an END after each, so either proves the record at
+    the stop was complete: damage, not a torn tail."""
     b = o - o % BLOCK
-    for pos in range(o + REC_HDR_LEN, min(b + BLOCK, size) - REC_HDR_LEN + 1):
-        if _q.unpack_from(buf, pos + 8)[0] != base + pos:
+    top = min(b + BLOCK, size)
+    for pos in range(o + REC_HDR_LEN, top):
+        if not _own_lsn(buf, base, pos, size, top):
             continue
         if type(read_record(buf, base, pos, size, set(), opener)) is not str:
             return pos
@@ -256,6 +269,8 @@ def _gap_record(buf, base, pos, size, good, slot, report, opener=None) -> bool:
     rec = read_record(buf, base, pos, size, good, opener)
     if type(rec) is str:
         return False
+    if rec.type == END:
+        return True        # where the writer's log ended: nothing after it, and no gap
     report.warn("gap", slot.path, pos, rec.lsn,
                 f"valid {TYPE_NAMES.get(rec.type)} record after the end of the log at lsn "
                 f"{report.stop_lsn}; not replayed")

@@ -111,6 +111,11 @@ class Core(CheckpointHooks, SnapshotHooks):
             raise ValueError(msg or "bad argument to the C core")
         raise NativeError(msg or f"C core status {rc}", rc)
 
+    def raise_status(self, rc: int, key_len: int = 0, value_len: int = 0):
+        """Raise what status `rc` of a write of these sizes means, as the core's
+        own calls do (for a binding that calls the core's C functions itself)."""
+        self._raise(rc, key_len, value_len)
+
     # -- hot paths ---------------------------------------------------------------
     def _bind(self):
         c, tls, raise_ = self._c, self._tls, self._raise
@@ -357,6 +362,14 @@ class Core(CheckpointHooks, SnapshotHooks):
     def set_page_fd(self, fd: int) -> None:
         """Page misses pread this fd (a plain posix page file); -1 goes back to `read_page`."""
         lib.ps_set_page_fd(self._c, int(fd))
+
+    def set_page_key(self, keytab: bytes | None, ad_prefix: bytes = b"") -> None:
+        """Page misses open sealed pages in C with these keys (`Cipher.page_opener`);
+        None: no keys. A page that does not authenticate still goes to `read_page`."""
+        rc = lib.ps_set_page_key(self._c, ffi.NULL if keytab is None else keytab, ad_prefix,
+                                 len(ad_prefix))
+        if rc < 0:
+            self._raise(rc)
 
     def set_throttle_thresholds(self, cow_fraction: float, dirty_fraction: float) -> None:
         """`signals.throttle_hint` is set while the checkpoint buffer use or the

@@ -8,10 +8,13 @@ thread blocked in it still sees Ctrl-C.
 
 Rounds in C (`io_enable`, `io_segment`): when the WAL allows it and the
 caller passes `io=True`, an elected leader writes and syncs the round's
-blocks itself, in C, and `wait` returns False to it as to a follower: a
-durable commit is then two C calls (the core's put and this wait) and no
-Python per round. A round C cannot do alone comes back as True, for the
-WAL's own path; a C I/O failure raises `wal.gate.RoundFailed`.
+blocks itself, in C, and `wait` returns False to it as to a follower. A
+round C cannot do alone comes back as True, for the WAL's own path; a C
+I/O failure raises `wal.gate.RoundFailed`.
+
+`writes(core)`: a durable put or delete and its first wait in one C call
+(ps_gc_put, ps_gc_delete), so the GIL is let go once per durable write;
+what the wait did not settle goes on through `outcome`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 
 from pagestore.wal.gate import RoundFailed
 
-from . import PS_E_NOMEM, ffi, lib
+from . import PS_E_NOMEM, PS_E_NOT_FOUND, ffi, lib
 
 __all__ = ["GroupCommit"]
 
@@ -85,15 +88,68 @@ class GroupCommit:
             t = self._tls.ticket = ffi.new("ps_gc_ticket *")
             return t
 
-    def wait(self, lsn: int, commit: bool, ticket, io: bool = False) -> bool:
+    def wait(self, lsn: int, commit: bool, ticket, io: bool = False, first: bool = True) -> bool:
         """False once `lsn` is durable; True if this thread leads a round
         ([ticket.start, ticket.target)) that Python must do; ValueError past
         the log's end; `RoundFailed` after a round written in C failed.
-        `io`: a round this thread leads may be written and synced in C."""
-        g, flags = self._g, (_FIRST | _LINGER if commit else _FIRST) | (_IO if io else 0)
-        rc = lib.ps_gc_wait(g, lsn, flags, _SLICE_NS, ticket)
+        `io`: a round this thread leads may be written and synced in C;
+        `first`: False when the commit already waited once (`outcome`)."""
+        g, flags = self._g, self.wait_flags(commit, io)
+        rc = lib.ps_gc_wait(g, lsn, flags if first else flags & ~_FIRST, _SLICE_NS, ticket)
         while rc == _AGAIN:
             rc = lib.ps_gc_wait(g, lsn, flags & ~_FIRST, _SLICE_NS, ticket)
+        if rc == _DURABLE:
+            return False
+        if rc == _LEAD:
+            return True
+        if rc == _IO_FAILED:
+            raise self.failure()
+        raise ValueError(f"lsn {lsn} is past the end of the log {self._end[0]}")
+
+    def writes(self, core):
+        """(put, delete): `core`'s write and this group's wait in one C call
+        (ps_gc_put / ps_gc_delete), so a durable write releases the GIL once.
+
+        `put(key, value, flags, ticket)` and `delete(key, flags, ticket)` take
+        bytes keys and values, `flags` from `wait_flags`, and this thread's
+        `ticket()`. They raise as `core.put` / `core.delete` when the write
+        failed (nothing written, nothing waited for); delete returns -1 for
+        an absent key. Otherwise they return the wait's outcome with the
+        record's end LSN in `ticket.lsn`: 0 once durable, or a code for
+        `outcome` (a round this thread must lead, a slice run out, a failure).
+        """
+        c, g, raise_ = core.pointer, self._g, core.raise_status
+        _put, _delete, NOT_FOUND = lib.ps_gc_put, lib.ps_gc_delete, PS_E_NOT_FOUND
+
+        def put(key, value, flags, ticket):
+            """Insert or replace, then wait (see `writes`)."""
+            r = _put(g, c, key, len(key), value, len(value), flags, _SLICE_NS, ticket)
+            if r >= 0:
+                return r
+            raise_(r, len(key), len(value))
+
+        def delete(key, flags, ticket):
+            """Remove, then wait (see `writes`); -1 if the key was absent."""
+            r = _delete(g, c, key, len(key), flags, _SLICE_NS, ticket)
+            if r >= 0:
+                return r
+            if r == NOT_FOUND:
+                return -1
+            raise_(r, len(key))
+
+        return put, delete
+
+    @staticmethod
+    def wait_flags(commit: bool, io: bool) -> int:
+        """The flags of a first wait as `wait(lsn, commit, ticket, io)` passes them."""
+        return (_FIRST | _LINGER if commit else _FIRST) | (_IO if io else 0)
+
+    def outcome(self, rc: int, lsn: int, commit: bool, ticket, io: bool) -> bool:
+        """What `wait` would have returned, from the first wait's code `rc`
+        (a `writes` call's): False once durable (waiting again if the slice
+        ran out), True for a round this thread must lead; raises as `wait`."""
+        if rc == _AGAIN:
+            return self.wait(lsn, commit, ticket, io, first=False)
         if rc == _DURABLE:
             return False
         if rc == _LEAD:

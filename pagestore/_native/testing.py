@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import PS_OK, ffi, lib
 
-__all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "page_image"]
+__all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "page_image", "set_readahead"]
 
 
 def crc32c(data, crc: int = 0) -> int:
@@ -35,3 +35,9 @@ def page_image(core, page_id: int):
     out = bytearray(core.page_size)
     rc = lib.ps_read_live_page(core.pointer, page_id, ffi.from_buffer(out))
     return bytes(out) if rc == PS_OK else None
+
+
+def set_readahead(core, pages: int) -> None:
+    """The leaves `core`'s scans load at once when they cross into one not in
+    memory (0 or 1: no readahead; at most the core's default, 16)."""
+    lib.ps_set_readahead(core.pointer, int(pages))

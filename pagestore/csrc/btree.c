@@ -631,6 +631,23 @@ static int frame_load(ps_core *c, frame_t *f, uint64_t id, int may_load, uint16_
     return 0;
 }
 
+/* A scan (write lock) about to load leaf `ci` of inner page p, which is not
+ * in memory: load it and the next leaves p points to in the scan's direction
+ * at once (page_readahead), so the leaves after it are already there.  Only
+ * scans read ahead: a point get wants one leaf.  Bounded by a quarter of page
+ * memory, so a small one is not churned by pages read ahead of need. */
+static void scan_readahead(ps_core *c, const uint8_t *p, int ci, int reverse) {
+    uint32_t want = c->readahead < c->nslots / 4 ? c->readahead : c->nslots / 4;
+    if (want < 2 || c->page_fd < 0) return;
+    uint64_t ids[2 * PS_SCAN_READAHEAD];
+    size_t n = 0;
+    for (int i = ci, nk = nkeys(p); n < 2 * want && i >= 0 && i <= nk; i += reverse ? -1 : 1)
+        ids[n++] = child_at(p, i);
+    size_t now = n < want ? n : want;
+    /* the window after this one, only hinted to the OS (page_readahead) */
+    page_readahead(c, ids, now, ids + now, n - now);   /* what it could not load, the scan's miss loads or reports */
+}
+
 int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_incl,
                 const uint8_t *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
                 size_t max_bytes, uint8_t *out, size_t cap, size_t *out_len, int may_load) {
@@ -648,6 +665,8 @@ int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_
     int rc = 0, found;
     uint64_t id = c->meta.root;
     for (int l = 0; l < h; l++) {
+        if (may_load && l > 0 && l == h - 1 && pt_find(c, id) < 0)
+            scan_readahead(c, slot_page(c, st[l - 1].slot), st[l - 1].ci, reverse);
         rc = frame_load(c, &st[l], id, may_load, l == h - 1 ? PS_PAGE_LEAF : PS_PAGE_INNER);
         if (rc) goto fail;
         const uint8_t *p = slot_page(c, st[l].slot);
@@ -730,6 +749,8 @@ int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_
         if (l < 0) goto done;
         for (int m = l + 1; m < h; m++) {
             uint64_t cid = child_at(slot_page(c, st[m - 1].slot), st[m - 1].ci);
+            if (may_load && m == h - 1 && pt_find(c, cid) < 0)
+                scan_readahead(c, slot_page(c, st[m - 1].slot), st[m - 1].ci, reverse);
             rc = frame_load(c, &st[m], cid, may_load, m == h - 1 ? PS_PAGE_LEAF : PS_PAGE_INNER);
             if (rc) goto fail;
             const uint8_t *cp = slot_page(c, st[m].slot);

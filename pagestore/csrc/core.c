@@ -73,6 +73,7 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->physical = physical_wal != 0;
     c->handle = handle;
     c->page_fd = -1;
+    c->readahead = PS_SCAN_READAHEAD;
     c->owner_pid = getpid();
     c->nslots = (uint32_t)nslots;
     c->ncow = (uint32_t)ncow;
@@ -155,6 +156,8 @@ void ps_close(ps_core *c) {
     free(c->undo); free(c->undo_img); free(c->pins);
     mv_free(c);
     seal_ctx_free(c->seal_ctx); free(c->seal_buf);
+    page_keys_free(c->page_keys);
+    c->page_keys = NULL;
     for (uint64_t d = 0; d < c->pt_ndir; d++) free(c->pt_dir[d]);
     free(c->pt_dir);
     c->mem = NULL; c->slots = NULL; c->free_slots = NULL; c->cow_mem = NULL; c->cow_free = NULL;

@@ -31,12 +31,45 @@ static void fast_read_end(ps_core *c) {
     pthread_rwlock_unlock(&c->lock);
 }
 
+/* a core status as the table answers it */
+static int64_t fast_answer(int64_t r) {
+    if (r >= 0) return r;
+    return r == PS_E_NOT_FOUND ? PS_FAST_ABSENT : PS_FAST_SLOW;
+}
+
 static int64_t fast_get(ps_core *c, const char *key, size_t klen, char *out, size_t cap) {
     if (klen > PS_MAX_KEY) return PS_FAST_SLOW;          /* the ordinary path names the error */
     if (klen > c->max_key) return PS_FAST_ABSENT;        /* longer than any key a put accepts */
-    int64_t r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
-    if (r >= 0) return r;
-    return r == PS_E_NOT_FOUND ? PS_FAST_ABSENT : PS_FAST_SLOW;
+    return fast_answer(bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0));
+}
+
+/* A miss served where it was met: the read-locked try only when get did not
+ * see a miss (the lock was busy), then the write lock and the load, all
+ * without the GIL; direct_only turns a miss the fd cannot serve into
+ * PS_RETRY instead of a call into Python, whose error would be left for a
+ * caller that never asked (the ordinary path then reads and reports it). */
+static int64_t fast_get_wait(ps_core *c, const char *key, size_t klen, char *out, size_t cap,
+                             int missed) {
+    if (klen > PS_MAX_KEY) return PS_FAST_SLOW;
+    if (klen > c->max_key) return PS_FAST_ABSENT;
+    int64_t r = PS_RETRY;
+    if (!missed) {
+        core_rdlock(c);
+        r = c->closed ? PS_E_CLOSED : bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 0);
+        pthread_rwlock_unlock(&c->lock);
+    }
+    if (r != PS_RETRY) return fast_answer(r);
+    core_wrlock(c);
+    if (c->closed) {
+        pthread_rwlock_unlock(&c->lock);
+        return PS_FAST_SLOW;
+    }
+    c->direct_only = 1;
+    r = bt_get(c, (const uint8_t *)key, klen, (uint8_t *)out, cap, 1);
+    c->direct_only = 0;
+    unpin_op_all(c);
+    pthread_rwlock_unlock(&c->lock);
+    return fast_answer(r);
 }
 
 static const ps_fast_table table = {
@@ -47,6 +80,7 @@ static const ps_fast_table table = {
     .read_begin = fast_read_begin,
     .read_end = fast_read_end,
     .get = fast_get,
+    .get_wait = fast_get_wait,
 };
 
 const void *ps_fastget_table(void) { return &table; }

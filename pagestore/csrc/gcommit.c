@@ -184,6 +184,15 @@ static int pwrite_all(int fd, const uint8_t *p, uint64_t n, uint64_t off) {
     return 0;
 }
 
+/* Segment offset just past the END trailer the encoder writes at a record's
+ * end `hi` (walenc.c): it goes out with the record, as it proves that record
+ * complete.  A block header comes first if `hi` starts a block. */
+static uint64_t with_end_trailer(uint64_t hi, uint64_t S) {
+    uint64_t e = hi % BLOCK == 0 ? hi + 24 : hi, room = BLOCK - e % BLOCK;
+    e = PS_WAL_REC_HDR <= room ? e + PS_WAL_REC_HDR : e + room + 24 + (PS_WAL_REC_HDR - room);
+    return e < S ? e : S;
+}
+
 /* The elected leader's round, in C: lock held on entry and on return.
  * RETURNS 1 (durable), -1 (failed: kept in g->fail, C rounds off), 0 (not
  * for C: the caller hands it to Python, still granted). */
@@ -205,7 +214,7 @@ static int round_in_c(ps_gcommit *g, ps_gc_ticket *t) {
     uint64_t a = g->published;
     if (t->target > a) {
         uint64_t base = seq * S;
-        uint64_t lo = a > base ? a - base : 0, hi = t->target - base;
+        uint64_t lo = a > base ? a - base : 0, hi = with_end_trailer(t->target - base, S);
         if (direct) lo -= lo % BLOCK;
         uint64_t top = (hi + BLOCK - 1) / BLOCK * BLOCK, last = top - BLOCK;
         if (top != hi && lo < last && !direct) {
@@ -295,6 +304,24 @@ int ps_gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps_gc_
     if (queued) { unlink_node(&node); g->st.waiting--; }
     pthread_mutex_unlock(&g->mu);
     return rc;
+}
+
+/* the wait of a write that got a record (lsn >= 0), or the write's status */
+static int64_t wait_written(ps_gcommit *g, int64_t lsn, int flags, uint64_t slice_ns,
+                            ps_gc_ticket *t) {
+    if (lsn < 0) return lsn;
+    t->lsn = (uint64_t)lsn;
+    return ps_gc_wait(g, (uint64_t)lsn, flags, slice_ns, t);
+}
+
+int64_t ps_gc_put(ps_gcommit *g, ps_core *c, const char *key, size_t klen, const char *val,
+                  size_t vlen, int flags, uint64_t slice_ns, ps_gc_ticket *t) {
+    return wait_written(g, ps_put(c, key, klen, val, vlen), flags, slice_ns, t);
+}
+
+int64_t ps_gc_delete(ps_gcommit *g, ps_core *c, const char *key, size_t klen, int flags,
+                     uint64_t slice_ns, ps_gc_ticket *t) {
+    return wait_written(g, ps_delete(c, key, klen), flags, slice_ns, t);
 }
 
 void ps_gc_done(ps_gcommit *g, ps_gc_ticket *t, int ok) {

@@ -10,8 +10,6 @@
 #include <stdio.h>
 
 #include "ps_internal.h"
-#include <errno.h>
-#include <unistd.h>
 
 int set_err(ps_core *c, int code, const char *fmt, ...) {
     va_list ap;
@@ -68,7 +66,7 @@ static int64_t slot_take(ps_core *c) {
 static int slot_available(const ps_core *c) { return c->nfree || c->fresh < c->nslots; }
 
 /* A free slot: an empty one, else by clock replacement of a clean page. */
-static int64_t slot_alloc(ps_core *c) {
+int64_t slot_alloc(ps_core *c) {
     int64_t fresh = slot_take(c);
     if (fresh >= 0) return fresh;
     uint64_t limit = 2 * (uint64_t)c->nslots + 1;
@@ -94,7 +92,7 @@ static void slot_release(ps_core *c, uint32_t s) {
     c->sig.slots_used--;
 }
 
-static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
+void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
     slot_t *sl = &c->slots[s];
     sl->page_id = id;
     sl->undo_epoch = 0;
@@ -106,86 +104,6 @@ static void slot_claim(ps_core *c, uint32_t s, uint64_t id) {
     sl->snap = 0;
     c->sig.slots_used++;
     pt_insert(c, id, s);
-}
-
-/* pread of a whole page from the page file; 0 when every byte arrived. */
-static int pread_page(int fd, uint8_t *p, uint32_t n, uint64_t off) {
-    uint32_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            return -1;
-        }
-        got += (uint32_t)r;
-    }
-    return 0;
-}
-
-/* Checkpoint step 5 for a plain posix page file: write `n` page images (ids
- * ascending) in place, one pwrite per run of adjacent ids, without the GIL
- * (a Python pwrite per random page cost ~5 us of it). Returns the bytes
- * written, or -errno of the first failed write. */
-int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *images,
-                        uint32_t page_size) {
-    int64_t total = 0;
-    size_t i = 0;
-    while (i < n) {
-        size_t j = i + 1;
-        while (j < n && ids[j] == ids[j - 1] + 1) j++;
-        const uint8_t *src = images + i * (size_t)page_size;
-        size_t len = (j - i) * (size_t)page_size, done = 0;
-        uint64_t off = ids[i] * (uint64_t)page_size;
-        while (done < len) {
-            ssize_t r = pwrite(fd, src + done, len - done, (off_t)(off + done));
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                return -(int64_t)errno;
-            }
-            done += (size_t)r;
-        }
-        total += (int64_t)len;
-        i = j;
-    }
-    /* No sync_file_range here, unlike the recovery files: these writes are
-     * scattered, so starting their write-back makes each chunk wait for the
-     * device's random-write rate, and a page is released (evictable) only
-     * after its chunk returns.  Measured with 32 MiB of page memory, 500 k
-     * random inserts: 13.3 s of page writes against 3.8 s without it. */
-    return total;
-}
-
-/* Read page `id` and check it (write lock). With a page fd the read is a
- * pread here, without the GIL or a Python call (a miss costs ~1/3 as much);
- * a short read or a failed check retries through the Python callback, which
- * reads again and raises the error that names the file. */
-int64_t page_load(ps_core *c, uint64_t id) {
-    if (id >= c->meta.page_count)
-        return c->bad_page = id,
-               set_err(c, PS_E_CORRUPT, "page %llu is referenced but beyond page_count %llu",
-                       (unsigned long long)id, (unsigned long long)c->meta.page_count);
-    if (pt_reserve(c, id)) return PS_E_NOMEM;
-    int64_t s = slot_alloc(c);
-    if (s < 0) return s;
-    uint8_t *p = slot_page(c, (uint32_t)s);
-    int direct = c->page_fd >= 0 &&
-                 pread_page(c->page_fd, p, c->page_size, id * (uint64_t)c->page_size) == 0 &&
-                 ps_check_page(p, c->page_size, id);
-    if (!direct && ps_py_read_page(c->handle, id, p) != 0) {
-        c->free_slots[c->nfree++] = (uint32_t)s;
-        return PS_E_IO;
-    }
-    if (!direct && !ps_check_page(p, c->page_size, id)) {
-        c->free_slots[c->nfree++] = (uint32_t)s;
-        c->bad_page = id;
-        return set_err(c, PS_E_CORRUPT, "page %llu failed its %s check",
-                       (unsigned long long)id,
-                       rd64(p + H_PAGEID) == id ? "crc32c" : "page-id");
-    }
-    wr32(p + H_CRC, 0);
-    slot_claim(c, (uint32_t)s, id);
-    c->sig.page_loads++;
-    return s;
 }
 
 void pin_op(ps_core *c, uint32_t s) {

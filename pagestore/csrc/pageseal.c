@@ -22,9 +22,11 @@
  *
  * Nonces are 96 random bits (getrandom), never derived: see cipher.py.
  *
- * ps_open_pages opens sealed pages in place (page misses and the replay's
- * preload of an encrypted store); what does not authenticate is reported or
- * zeroed, never handed on as plaintext. */
+ * ps_open_pages opens sealed pages in place (the replay's preload of an
+ * encrypted store), page_open one page of a miss or a scan's readahead with
+ * the keys ps_set_page_key gave the core; what does not authenticate is
+ * reported, zeroed or read again by the caller, never handed on as
+ * plaintext. */
 #include "ps_internal.h"
 
 /* the format facts of ps_api.h under this file's short names */
@@ -180,4 +182,64 @@ int64_t ps_open_pages(const uint8_t *keytab, const uint8_t *ad_prefix, size_t pr
     for (int k = 0; k < 256; k++) seal_ctx_free(ctx[k]);
     free(plain);
     return rc ? rc : opened;
+}
+
+/* ---- page misses of an encrypted store --------------------------------- */
+
+/* The keys a miss opens sealed pages with (ps_set_page_key): a copy of the
+ * caller's key table and associated-data prefix, and one decrypting context
+ * per key id, made on its first use.  Used only under the tree write lock
+ * (page_load and a scan's readahead), so the contexts and `ad` are shared
+ * by nothing else. */
+struct page_keys {
+    uint8_t keytab[256 * 32 + 256];
+    uint8_t ad[AD_MAX];
+    size_t prefix_len;
+    void *ctx[256];
+};
+
+void page_keys_free(struct page_keys *k) {
+    if (!k) return;
+    for (int i = 0; i < 256; i++) seal_ctx_free(k->ctx[i]);
+    volatile uint8_t *p = k->keytab;     /* key material does not outlive its use */
+    for (size_t i = 0; i < sizeof k->keytab; i++) p[i] = 0;
+    free(k);
+}
+
+int ps_set_page_key(ps_core *c, const uint8_t *keytab, const uint8_t *ad_prefix, size_t prefix_len) {
+    struct page_keys *k = NULL;
+    if (keytab) {
+        if (prefix_len + 12 > AD_MAX || !ps_wal_seal_available()) return PS_E_ARG;
+        if (!(k = calloc(1, sizeof *k))) return PS_E_NOMEM;
+        memcpy(k->keytab, keytab, sizeof k->keytab);
+        memcpy(k->ad, ad_prefix, prefix_len);
+        k->prefix_len = prefix_len;
+    }
+    core_wrlock(c);
+    struct page_keys *old = c->page_keys;
+    c->page_keys = k;
+    pthread_rwlock_unlock(&c->lock);
+    page_keys_free(old);
+    return PS_OK;
+}
+
+/* Open sealed page `id` in place, as ps_open_pages does one page.  On 0 (it
+ * does not authenticate, or names a key id not held) the bytes are neither
+ * the sealed image nor plaintext: the caller must not use them. */
+int page_open(ps_core *c, uint64_t id, uint8_t *page) {
+    struct page_keys *k = c->page_keys;
+    size_t u = c->page_size - RESERVE;
+    uint8_t *trailer = page + u;
+    uint8_t kid = trailer[0];
+    if (!kid || !k->keytab[256 * 32 + kid]) return 0;
+    if (!k->ctx[kid] && !(k->ctx[kid] = open_ctx_new(k->keytab + (size_t)kid * 32))) return PS_E_IO;
+    wr64(k->ad + k->prefix_len, id);
+    memcpy(k->ad + k->prefix_len + 8, trailer, 4);
+    uint8_t iv[12], tag[16];
+    memcpy(iv, trailer + 4, 12);
+    memcpy(tag, trailer + 16, 16);
+    int r = open_gcm(k->ctx[kid], iv, k->ad, k->prefix_len + 12, page, u, tag);
+    if (r < 0) return PS_E_IO;
+    if (r == 1) memset(trailer, 0, RESERVE);
+    return r;
 }

@@ -495,6 +495,14 @@ void ps_set_throttle_thresholds(ps_core *c, double cow_fraction, double dirty_fr
  * caller's, open until reset); -1: through read_page.  A short read or a
  * failed check still goes to read_page, which names the file. */
 void ps_set_page_fd(ps_core *c, int fd);
+/* LOCK write.  The store's pages are sealed (pagestore/cipher.py's format):
+ * a miss read through ps_set_page_fd's fd is opened here, in C, with these
+ * keys (keytab: ps_open_pages' table; ad_prefix: the page associated data's
+ * prefix), copied.  A page that does not authenticate still goes to
+ * read_page, which raises the error naming the file and page.  NULL keytab:
+ * no keys.  RETURNS PS_OK, PS_E_ARG (prefix too long or no libcrypto),
+ * PS_E_NOMEM. */
+int ps_set_page_key(ps_core *c, const uint8_t *keytab, const uint8_t *ad_prefix, size_t prefix_len);
 /* LOCK none, no core.  Writes page images (ids ascending) in place, one
  * pwrite per run of adjacent ids.  RETURNS bytes written or -errno. */
 int64_t ps_pwrite_pages(int fd, const uint64_t *ids, size_t n, const uint8_t *images, uint32_t page_size);

@@ -7,9 +7,11 @@
  * extension checks magic, version and size before using it, so a module
  * built from other sources is refused instead of called.
  *
- * Every function here runs in a thread that HOLDS THE GIL. So none of them
- * waits for the tree lock (a writer holding it may be waiting for the GIL in
- * a callback into Python) and none loads a page (a load calls into Python).
+ * Every function here but get_wait runs in a thread that HOLDS THE GIL. So
+ * none of them waits for the tree lock (a writer holding it may be waiting
+ * for the GIL in a callback into Python) and none loads a page (a load may
+ * call into Python). get_wait is called with the GIL released: it waits and
+ * loads, but only what the core reads itself, never calling into Python.
  * Whatever they cannot serve they answer PS_FAST_SLOW: the caller then takes
  * the ordinary path (cffi's ps_get, GIL released), which waits, loads and
  * reports errors. */
@@ -20,7 +22,7 @@
 #include <stdint.h>
 
 #define PS_FAST_MAGIC 0x50534647u     /* "PSFG" */
-#define PS_FAST_VERSION 1u
+#define PS_FAST_VERSION 2u
 
 #define PS_FAST_ABSENT (-1)           /* the key is not stored */
 #define PS_FAST_SLOW (-2)             /* not served here: take the ordinary path */
@@ -44,6 +46,13 @@ typedef struct ps_fast_table {
      * PS_FAST_ABSENT; or PS_FAST_SLOW (a page of the path or of the value is
      * not in memory, the key is over the size limit, or an error). */
     int64_t (*get)(struct ps_core *c, const char *key, size_t klen, char *out, size_t cap);
+    /* WITHOUT THE GIL, no lock held: the value of key, waiting for the tree
+     * lock and loading missing pages through the page fd (with its keys),
+     * never through read_page. `missed`: get met a page miss (so the read
+     * lock is not tried first). RETURNS as get; PS_FAST_SLOW also when a
+     * page needs read_page (no fd, or it failed the core's own checks). */
+    int64_t (*get_wait)(struct ps_core *c, const char *key, size_t klen, char *out, size_t cap,
+                        int missed);
 } ps_fast_table;
 
 #endif

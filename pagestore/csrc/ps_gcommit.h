@@ -33,6 +33,7 @@ typedef struct ps_gc_ticket {
     uint64_t target;    /* the log's end LSN when elected: sync up to here */
     uint64_t t0_ns;     /* CLOCK_MONOTONIC at election, for the round's duration */
     uint64_t granted;   /* 1 from election until ps_gc_done: the caller owes the round */
+    uint64_t lsn;       /* ps_gc_put / ps_gc_delete: the end LSN of the write's record */
 } ps_gc_ticket;
 
 typedef struct ps_gc_stats {
@@ -76,6 +77,21 @@ void ps_gc_reset(ps_gcommit *g, uint64_t durable);
  * RETURNS PS_GC_DURABLE, PS_GC_LEAD (*t filled; the caller MUST call
  * ps_gc_done), PS_GC_AGAIN, PS_GC_PAST_END.  OWNS *t is the caller's. */
 int ps_gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps_gc_ticket *t);
+
+/* A write and its commit's wait in one call (one GIL release for a durable
+ * put): ps_put / ps_delete on core c, then, once its record is in the log,
+ * ps_gc_wait(g, its end LSN, flags, slice_ns, t) with t->lsn set to that
+ * end.  The write's own contract holds (ps_api.h: LOCK write, CALLS
+ * read_page, wal_segment, rolled back completely on failure); the wait
+ * starts after the tree lock is released.  RETURNS a negative status of the
+ * write (nothing waited for; PS_E_NOT_FOUND: a delete of an absent key), or
+ * ps_gc_wait's result (PS_GC_DURABLE: durable; PS_GC_LEAD: the caller owes
+ * the round of t, as after ps_gc_wait).  OWNS key and val are the caller's,
+ * read during the call only; *t is the caller's. */
+int64_t ps_gc_put(ps_gcommit *g, ps_core *c, const char *key, size_t klen, const char *val,
+                  size_t vlen, int flags, uint64_t slice_ns, ps_gc_ticket *t);
+int64_t ps_gc_delete(ps_gcommit *g, ps_core *c, const char *key, size_t klen, int flags,
+                     uint64_t slice_ns, ps_gc_ticket *t);
 
 /* A leader's round ended: ok != 0 means [t->start, t->target) is durable.
  * Wakes the waiters; on failure every waiter retries (and meets the error

@@ -218,6 +218,10 @@ struct ps_core {
     ps_signals sig;        /* read by Python through ps_get_signals, without the lock */
     uint64_t thr_cow, thr_dirty;
     struct mv_state *mv;   /* mvcc.c: snapshots' undo log, NULL until the first snapshot */
+    struct page_keys *page_keys; /* pageseal.c: keys that open sealed pages on a miss, or NULL */
+    uint32_t readahead;    /* pages a scan loads ahead when it crosses into a missing leaf */
+    int direct_only;       /* set under the write lock: a miss the fd cannot serve is PS_RETRY,
+                            * not a call into Python (fasttable.c's waiting get) */
 };
 
 /* A checkpoint-buffer page can be taken: a given-back one or a never-used one. */
@@ -313,7 +317,16 @@ static inline int64_t pt_find_touch(const ps_core *c, uint64_t id) {
 int pt_reserve(ps_core *c, uint64_t id);
 void pt_insert(ps_core *c, uint64_t id, uint32_t s);  /* after pt_reserve(id) */
 void pt_remove(ps_core *c, uint64_t id);
+/* pagemem.c: a free slot (an empty one, else a clean page evicted by the
+ * clock), or PS_E_NOMEM; slot_claim makes it page id's, clean */
+int64_t slot_alloc(ps_core *c);
+void slot_claim(ps_core *c, uint32_t s, uint64_t id);
+/* pageio.c */
 int64_t page_load(ps_core *c, uint64_t id);
+/* Scan readahead (pageio.c): the leaves a scan loads at once when it crosses
+ * into one not in memory, at most (docs/page-memory.md) */
+#define PS_SCAN_READAHEAD 16
+int64_t page_readahead(ps_core *c, uint64_t *ids, size_t n, const uint64_t *next, size_t nnext);
 int64_t page_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n);
 int64_t page_stash(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n);
 void page_drop_beyond(ps_core *c, uint64_t page_count);
@@ -349,6 +362,10 @@ int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img);
  * encrypts the parts back to back into out and yields the tag; -1 on a
  * libcrypto failure (seal_ctx_free frees either kind of context). */
 void *seal_ctx_new(const uint8_t key[32]);
+/* pageseal.c: open sealed page `id` in place with the core's page keys (write
+ * lock): 1 opened, 0 it does not authenticate, < 0 libcrypto failed */
+int page_open(ps_core *c, uint64_t id, uint8_t *page);
+void page_keys_free(struct page_keys *k);
 void seal_ctx_free(void *ctx);
 int seal_gcm(void *ctx, const uint8_t iv[12], const uint8_t *aad, size_t aad_len,
              const wpart *parts, int nparts, uint8_t *out, uint8_t tag[16]);

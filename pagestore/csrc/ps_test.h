@@ -23,3 +23,8 @@ int ps_gcm_seal(const uint8_t *key, const uint8_t *iv, const uint8_t *aad, size_
  * (page_size bytes, the caller's).  RETURNS PS_OK, PS_E_NOT_FOUND (not
  * resident), PS_E_CLOSED. */
 int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out);
+
+/* LOCK write.  The pages a scan loads ahead when it crosses into a leaf not
+ * in memory (default PS_SCAN_READAHEAD; 0 or 1: none), for the benchmark
+ * and tests that compare the two. */
+void ps_set_readahead(ps_core *c, uint32_t pages);

@@ -11,10 +11,17 @@
  *     of the last complete record when the header is written (sig.wal_end_lsn)
  *   record: crc32c(bytes 4..len) u32 @0, len u32 @4, lsn u64 @8, type u8 @16,
  *     payload @17; block headers inside a record are skipped, not counted
+ *   END trailer: a record header alone (len 17, type 8, never sealed), written
+ *     after every record at its end E as a record there would be laid out
+ *     (a block header first if E starts a block, across the next one if it
+ *     does not fit in E's block); the next record overwrites it.  A whole END
+ *     proves every record before it complete: the reader reports damage to
+ *     the log's last record instead of taking it for a torn tail.
  *
- * A record never spans segments: if it does not fit in the rest of the
- * segment, the next segment is fetched through ps_py_wal_segment and its
- * header names the end LSN of the last record before it (prev_end_lsn).
+ * A record never spans segments: if it and the END after it do not fit in
+ * the rest of the segment, the next segment is fetched through
+ * ps_py_wal_segment and its header names the end LSN of the last record
+ * before it (prev_end_lsn).
  *
  * Sealed records (a key set by ps_wal_set_key; segment flags SEAL_FLAG): the
  * header also holds key_id u8 @44, salt 8 @45 (fresh at every header
@@ -34,6 +41,7 @@
  * no header whose mark passes the record it was writing, so the reader can
  * tell that torn tail from damage to a complete record (docs/wal-format.md). */
 #define MARK_FLAG 4
+#define REC_END 8                       /* the END trailer's record type */
 #define ENCODING(flags) ((flags) & 3)   /* the flag bits that say how records are stored */
 #define TAG 16
 #define SEG_AAD "pagestore/walseg/v2" /* with its NUL: 20 bytes */
@@ -96,13 +104,20 @@ static uint64_t phys_end(const ps_core *c, uint64_t off, uint64_t len) {
     return pos <= c->wal_seg_size ? pos : 0;
 }
 
+/* Physical end offset of a record of `len` bytes at `off` and the END after
+ * it, or 0 if they do not fit in the segment. */
+static uint64_t end_with_trailer(const ps_core *c, uint64_t off, uint64_t len) {
+    uint64_t e = phys_end(c, off, len);
+    return e ? phys_end(c, e, PS_WAL_REC_HDR) : 0;
+}
+
 /* len: the plaintext record length.  Sealing, it also requires room for the
  * ciphertext in seal_buf, so that the unguarded fast paths (btree.c), which
  * rely on this, never meet an allocation failure in wal_append. */
 int wal_fits(const ps_core *c, uint64_t len) {
     if (!c->wal_on) return 1;
     if (c->seal_ctx && len - PS_WAL_REC_HDR > c->seal_cap) return 0;
-    uint64_t end = phys_end(c, c->wal_off, len + (SEALING(c) ? TAG : 0));
+    uint64_t end = end_with_trailer(c, c->wal_off, len + (SEALING(c) ? TAG : 0));
     return end != 0 && end <= c->wal_alloc_end;
 }
 static void write_block_header(ps_core *c) {
@@ -137,6 +152,28 @@ static void put_bytes(ps_core *c, const uint8_t *src, size_t n) {
         n -= k;
         c->wal_rec_left -= k;
     }
+}
+
+/* The END trailer at the write position, which stays where it is: the next
+ * record begins there.  sig.wal_end_lsn is already the new end, so a block
+ * header written for it carries the mark the next record's will. */
+static void write_end(ps_core *c) {
+    uint64_t off = c->wal_off, left = c->wal_rec_left, total = c->wal_rec_total;
+    uint64_t at = off % BLK == 0 ? off + BHDR : off;
+    uint8_t e[PS_WAL_REC_HDR];
+    wr32(e + 4, PS_WAL_REC_HDR);
+    wr64(e + 8, c->wal_seq * c->wal_seg_size + at);
+    e[16] = REC_END;
+    wr32(e, ps_crc32c(0, e + 4, PS_WAL_REC_HDR - 4));
+    if (at == off && BLK - off % BLK >= PS_WAL_REC_HDR) {   /* the common case: inside the block */
+        memcpy(c->wal_base + off, e, PS_WAL_REC_HDR);
+        return;
+    }
+    c->wal_rec_total = c->wal_rec_left = PS_WAL_REC_HDR;
+    put_bytes(c, e, PS_WAL_REC_HDR);
+    c->wal_off = off;
+    c->wal_rec_left = left;
+    c->wal_rec_total = total;
 }
 
 /* Unmap what the encoder has written of the attached segment, up to `upto`
@@ -176,14 +213,14 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
     uint64_t plen = 0;
     for (int i = 0; i < nparts; i++) plen += parts[i].n;
     uint64_t len = PS_WAL_REC_HDR + plen + (SEALING(c) ? TAG : 0);
-    if (len > 0xFFFFFFFFull || phys_end(c, BLK, len) == 0) return PS_E_TOO_LARGE;
+    if (len > 0xFFFFFFFFull || end_with_trailer(c, BLK, len) == 0) return PS_E_TOO_LARGE;
     if (c->seal_ctx && plen > c->seal_cap) {
         uint8_t *nb = realloc(c->seal_buf, plen);
         if (!nb) return PS_E_NOMEM;
         c->seal_buf = nb;
         c->seal_cap = plen;
     }
-    if (phys_end(c, c->wal_off, len) == 0) {
+    if (end_with_trailer(c, c->wal_off, len) == 0) {
         uint8_t *nb = NULL, salt[8];
         if (c->seal_ctx && seal_random(salt, 8))
             return set_err(c, PS_E_IO, "getrandom failed: no salt for a sealed WAL segment");
@@ -203,7 +240,7 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
      * makes the kernel allocate one, and on a full disk it sends SIGBUS.  So
      * no record passes the allocated end until the WAL has allocated further
      * (or refused, with nothing written). */
-    uint64_t need = phys_end(c, c->wal_off, len);
+    uint64_t need = end_with_trailer(c, c->wal_off, len);
     if (need > c->wal_alloc_end) {
         uint64_t got = 0;
         if (ps_py_wal_grow(c->handle, c->wal_seq, need, &got) != 0 || got < need)
@@ -239,6 +276,7 @@ int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
     if (SEALING(c)) put_bytes(c, c->seal_ctx ? tag : ZERO_TAG, TAG);
     uint64_t end = c->wal_seq * c->wal_seg_size + c->wal_off;
     c->sig.wal_end_lsn = end;
+    write_end(c);
     if (c->wal_unmap && c->wal_off - c->wal_unmapped >= 2 * UNMAP_STEP) wal_unmap_upto(c, c->wal_off, 0);
     if (start_lsn) *start_lsn = lsn;
     if (end_lsn) *end_lsn = end;

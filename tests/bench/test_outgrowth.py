@@ -35,6 +35,17 @@ def test_each_store_loads_and_reads_the_same_keys_in_every_round(rows):
     assert ps["evictions"] > 0 and ps["page_loads"] > 0
 
 
+def test_checkpoint_cleaning_is_reported_beside_the_devices_sequential_write_rate(rows):
+    ps = rows[0]
+    assert ps["checkpoints"] > 0 and ps["ckpt_pages"] > 0 and ps["ckpt_seconds"] > 0
+    assert ps["ckpt_pages_per_s"] == pytest.approx(ps["ckpt_pages"] / ps["ckpt_seconds"])
+    # each cleaned page costs two writes: the device's page limit is half its rate in pages
+    assert ps["device_write_per_s"] > 0
+    assert ps["device_pages_per_s"] == pytest.approx(ps["device_write_per_s"] / outgrowth.PAGE / 2)
+    # the peers have no checkpoints to report
+    assert all("ckpt_pages_per_s" not in r for r in rows if r["store"] != "pagestore")
+
+
 def test_a_store_that_loses_keys_is_reported_not_measured(monkeypatch, tmp_path):
     real = outgrowth.Peer.__init__
 
@@ -109,6 +120,15 @@ def test_the_sentence_states_pagestores_rates_at_the_smallest_and_largest_ratio(
     assert text == ("With 3 MiB of page memory and data growing from 1× to 10× of it, pagestore loaded "
                     "60,000 → 20,000 keys/s (0.10 → 0.05× LMDB, 0.08 → 0.10× RocksDB) and served "
                     "600,000 → 240,000 gets/s (0.50 → 0.30× LMDB); one round, so no spread to judge it by.")
+
+
+def test_the_sentence_states_one_data_size_as_it_is_not_as_an_arrow_to_itself():
+    fakes = [_fake("pagestore", 4, 0, 60_000.0, 600_000.0), _fake("lmdb", 4, 0, 600_000.0, 1_200_000.0),
+             _fake("rocksdict", 4, 0, 750_000.0, 500_000.0)]
+    text = ot.sentence(ot.table(ot.per_round(outgrowth.summary_rows(fakes, "s", "q"))))
+    assert text == ("With 3 MiB of page memory and data 4× of it, pagestore loaded 60,000 keys/s "
+                    "(0.10× LMDB, 0.08× RocksDB) and served 600,000 gets/s (0.50× LMDB); "
+                    "one round, so no spread to judge it by.")
 
 
 def test_quick_runs_the_scenario_and_writes_its_rows_under_the_session(monkeypatch, tmp_path):

@@ -113,3 +113,22 @@ def test_a_failed_page_file_sync_fails_the_store_and_reopen_restores_the_checkpo
     with pagestore.open("/s", fs=sim, wal_mode="fsync", **OPTS) as db:
         assert db.recovery["pages_restored"] > 0
         assert len(db) == 300 and db[b"k0150"] == b"v" * 200 and db.get(b"after") is None
+
+
+def test_a_transaction_commit_after_a_failed_timed_checkpoint_raises_it_once_unapplied():
+    sim = SimFS()
+    db = pagestore.open("/s", fs=sim, wal_mode="fsync", checkpoint_interval=0.05, **OPTS)
+    _failing_timed_checkpoint(sim, db)
+    assert db.state is State.CHECKPOINT_FAILED
+    with pytest.raises(pagestore.DiskFullError) as info:
+        with db.transaction() as tx:
+            tx.put(b"new", b"value")
+    assert info.value.operation == "commit" and info.value.path.startswith("/s/cp")
+    assert db.get(b"new") is None and db.state is State.OPEN
+    with db.transaction() as tx:                          # reported once: the next one goes on
+        tx.put(b"new", b"value")
+    assert db.get(b"new") == b"value"
+    db.close()
+    sim.crash(mode="keep")
+    with pagestore.open("/s", fs=sim, wal_mode="fsync", **OPTS) as db:
+        assert db[b"new"] == b"value" and len(db) == 301

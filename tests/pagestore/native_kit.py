@@ -64,16 +64,16 @@ def logical(buf, pos, n):
 
 def wal_records(buf, seq, size=SEGMENT):
     """(offset, stored bytes) of the records of segment `seq`'s buffer, read by the
-    format document alone; they end where a record's length, lsn or crc does not
-    hold (the rest of a segment is garbage or zeros)."""
+    format document alone; they end at the END trailer, or where a record's length,
+    lsn or crc does not hold (the rest of a segment is garbage or zeros)."""
     recs, pos = [], BLOCK
     room = (size // BLOCK - 1) * (BLOCK - BHDR)          # record bytes a segment holds
     while pos < size:
         start = pos + BHDR if pos % BLOCK == 0 else pos
         if size - start < 17:
             break
-        crc, length, lsn, _typ = struct.unpack_from("<IIQB", logical(buf, pos, 17)[0])
-        if length < 17 or lsn != seq * size + start or length > room:
+        crc, length, lsn, typ = struct.unpack_from("<IIQB", logical(buf, pos, 17)[0])
+        if typ == 8 or length < 17 or lsn != seq * size + start or length > room:
             break
         wire, end = logical(buf, pos, length)
         if end > size or crc32c(wire[4:]) != crc:

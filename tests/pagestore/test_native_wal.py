@@ -80,7 +80,7 @@ def decode(segs, start_seq=0):
         rec = None
         if hdr is not None:
             crc, length, lsn, typ = struct.unpack_from("<IIQB", hdr, 0)
-            if length >= 17 and lsn == seq * SEG + start:
+            if length >= 17 and lsn == seq * SEG + start and typ != 8:   # 8: the END trailer
                 rest, p3 = read_logical(buf, seq, p2, length - 17, firsts)
                 if rest is not None and crc32c.crc32c(hdr[4:] + rest) == crc:
                     rec = (lsn, seq * SEG + p3, typ, rest, hdr + rest)

@@ -56,11 +56,12 @@ def scan(buf, seq, o, key=KEY, salt=None, **kw):
 
 
 def reader_records(buf, seq, o, opener):
-    """The records read_record accepts from offset o on, to the first it refuses."""
+    """The records read_record accepts from offset o on, to the first it refuses or
+    the END trailer (type 8: where the writer left the segment)."""
     base, good, out, p = seq * SEG, set(), [], seq * SEG + o
     while (at := record_offset(p, base, SEG)) is not None:
         rec = read_record(buf, base, at, SEG, good, opener)
-        if type(rec) is str:
+        if type(rec) is str or rec.type == 8:
             break
         out.append((at, rec))
         p = rec.end_lsn

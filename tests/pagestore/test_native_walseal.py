@@ -26,7 +26,8 @@ BLOCK, BHDR, SEG = 4096, 24, 1 << 20
 PUT, DELETE, COMMIT, CHECKPOINT, SNAP, DELTA, ROLLBACK = 1, 2, 3, 4, 5, 6, 7
 KEY = bytes(range(32))
 SEG_AAD = b"pagestore/walseg/v2\x00"
-DATA_BYTES = (SEG // BLOCK - 1) * (BLOCK - BHDR)     # record bytes one segment holds
+END = 17                                             # the END trailer after a segment's last record
+DATA_BYTES = (SEG // BLOCK - 1) * (BLOCK - BHDR) - END   # record bytes one segment holds
 
 
 new_core = wal_core
@@ -258,23 +259,24 @@ def phys_end(off, n):
 
 
 def test_fast_path_put_that_fits_only_without_the_tag_is_rolled_back():
-    """The put's plain record would end exactly at the segment end, the sealed one
-    does not fit and no next segment exists: Retry, and the tree is unchanged
-    (the unguarded fast path must not be taken on the plaintext length)."""
+    """The put's plain record would end exactly where its END trailer ends at the
+    segment end, the sealed one does not fit and no next segment exists: Retry, and
+    the tree is unchanged (the unguarded fast path must not be taken on the
+    plaintext length)."""
     k, v = b"key", b"v" * 100
     for key, tag in [(None, 0), (KEY, 16)]:
         segs = Segments(limit=1)
         core = new_core(segs, key=key)
         core.put(b"first", b"1")
         off = core.signals.wal_end_lsn
-        target = SEG - (17 + 16 + len(k) + len(v))           # where the plain put must start
+        target = SEG - END - (17 + 16 + len(k) + len(v))     # where the plain put must start
         n = target - off - BHDR * len(range(-(-off // BLOCK) * BLOCK, target, BLOCK))
         assert phys_end(off, n) == target
         core.log_record(CHECKPOINT, b"p" * (n - 17 - tag))
         assert core.signals.wal_end_lsn == target
         if key is None:
             core.put(k, v)
-            assert core.signals.wal_end_lsn == SEG and core.get(k) == v
+            assert core.signals.wal_end_lsn == SEG - END and core.get(k) == v
         else:
             with pytest.raises(_native.Retry):
                 core.put(k, v)
