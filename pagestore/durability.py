@@ -13,7 +13,9 @@ crash point is armed) `Database.put` takes its two steps, the second of
 which is `_sync_to`.
 
 The rules are those of every write (pagestore/database.py): a write that
-raised leaves no trace (the core's undo log and `ps_wal_fence`), a failure
+raised a store error leaves no trace (the core's undo log and
+`ps_wal_fence`; a KeyboardInterrupt in the wait is not one: the write stays
+applied and logged, docs/wal.md), a failure
 of the log moves the store to FAILED naming the file, a write refused for
 room (`Retry`) is retried after the checkpointer made some, then committed
 in two steps.

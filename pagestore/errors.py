@@ -99,7 +99,8 @@ class DiskIOError(Error):
     ...), `path` the file or directory, `errno` the OS error number (None
     when the failure was not an OS error). `in_doubt` is True for a write
     whose log record had reached the operating system when its sync failed
-    and the disk then refused to have it blanked: after a crash it may or
+    and the disk then refused to have it blanked, or that the store could
+    not take back from memory: until reopen and after a crash it may or
     may not be there (PostgreSQL's "commit status unknown"); every other
     write that raised is not applied."""
 

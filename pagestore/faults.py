@@ -89,8 +89,10 @@ def translate(exc: BaseException, operation: str, wal=None, lsn: int = -1,
         err = _from_os_error(exc, operation)
         if wal is not None and lsn >= 0 and wal.in_doubt(lsn):
             err.in_doubt = True
-            err.args = (f"{err}; the disk refused to take the record back too: after a crash this "
-                        "write may or may not be there",)
+            why = ("the store could not take the write back from memory: until it is reopened "
+                   "and after a crash" if getattr(wal, "undo_failed", False) else
+                   "the disk refused to take the record back too: after a crash")
+            err.args = (f"{err}; {why} this write may or may not be there",)
         return err
     if isinstance(exc, _checkpoint.CheckpointerError):
         cause = exc.__cause__

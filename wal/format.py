@@ -107,7 +107,7 @@ __all__ = [
     "encode_segment_header", "decode_segment_header", "encode_block_header",
     "decode_block_header", "block_mark", "encode_record", "payload_put", "payload_delete",
     "payload_commit", "payload_checkpoint", "payload_rollback", "payload_well_formed",
-    "physical_end", "end_after", "encode_end", "crc32c",
+    "physical_end", "end_after", "encode_end", "end_image", "crc32c",
 ]
 
 # DO NOT CHANGE THESE VALUES: they are embedded in the on-disk data.
@@ -303,6 +303,23 @@ def physical_end(start: int, length: int) -> int:
     return (start // BLOCK + blocks) * BLOCK + BLOCK_HDR_LEN + rest - (blocks - 1) * per
 
 
+def end_image(end_lsn: int) -> bytes:
+    """The END trailer the writer puts after a record ending at `end_lsn`, as
+    the bytes of LSNs [end_lsn, end_after): a block header first if
+    `end_lsn` starts a block, the next block's header in the middle if fewer
+    than 17 bytes are left in its block, both with written mark `end_lsn`.
+    The C encoder's twin is ps_wal_end_image (walenc.c)."""
+    out, lsn = b"", end_lsn
+    if lsn % BLOCK == 0:
+        out, lsn = encode_block_header(BLOCK_HDR_LEN, lsn, end_lsn), lsn + BLOCK_HDR_LEN
+    end = encode_end(lsn)
+    n = min(BLOCK - lsn % BLOCK, REC_HDR_LEN)
+    if n == REC_HDR_LEN:
+        return out + end
+    head = encode_block_header(BLOCK_HDR_LEN + REC_HDR_LEN - n, lsn + n, end_lsn)
+    return out + end[:n] + head + end[n:]
+
+
 def end_after(pos: int) -> int:
     """Segment offset just past the END written at segment offset `pos` (a
     record's end): a block header first if `pos` starts a block."""
@@ -393,18 +410,8 @@ class StreamWriter:
     def _write_end(self, base: int, o: int) -> None:
         """The END trailer at offset o (the new end), laid out as a record of 17 bytes; the
         next record overwrites it (block header included, rewritten with its own first)."""
-        buf, mark = self.buffer, self.mark if self.marked else None
-        if o % BLOCK == 0:
-            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN, base + o, mark)
-            o += BLOCK_HDR_LEN
-        end = encode_end(base + o)
-        n = min(BLOCK - o % BLOCK, REC_HDR_LEN)
-        buf[o:o + n] = end[:n]
-        if n < REC_HDR_LEN:
-            o += n
-            buf[o:o + BLOCK_HDR_LEN] = encode_block_header(BLOCK_HDR_LEN + REC_HDR_LEN - n, base + o, mark)
-            o += BLOCK_HDR_LEN
-            buf[o:o + REC_HDR_LEN - n] = end[n:]
+        img = end_image(base + o)
+        self.buffer[o:o + len(img)] = img
 
     def put(self, key: bytes, value: bytes, txid: int = 0) -> tuple[int, int]:
         """Append a PUT record; returns (lsn, end_lsn)."""

@@ -125,6 +125,10 @@ class Wal(Committing):
         self._failure: BaseException | None = None
         self._acked_end = self._handed_end = 0   # [acked, handed): given to the OS, not acknowledged
         self.blank_failed = False  # the disk refused the zeros too: unacknowledged records may return
+        # The fence could not put every before-image back (the undo needed a
+        # page it could not have: checkpoint buffer full, a failed read), so
+        # unacknowledged writes may stay visible in memory until reopen.
+        self.undo_failed = False
         self._settled = threading.Event()   # set once the first failure's fence and blanking are done
         # Set by the store: fence(acked_end or None) stops the encoder at the
         # failure (it undoes what lies past acked_end, refuses later records)
@@ -304,6 +308,9 @@ class Wal(Committing):
         try:
             end = self.fence(None if mapped else self._acked_end)
         except Exception:  # noqa: BLE001 - the failure that started this is what is reported
+            # the writers are refused all the same (the fence refuses first);
+            # what it left applied is in doubt, not "not applied"
+            self.undo_failed = True
             return
         if mapped:
             with self._pub_lock:
@@ -317,14 +324,14 @@ class Wal(Committing):
         """The write of the record ending at `end_lsn` met the failure, yet the
         record was handed to the OS: kept because the log counts what is out as
         acknowledged (a failed sync of log_only/background), or past the
-        acknowledged end and could not be blanked. After a crash it may or may
-        not be there."""
+        acknowledged end and could not be blanked, or could not be taken back
+        from memory (`undo_failed`). After a crash it may or may not be there."""
         if self._failure is None or end_lsn < 0:
             return False
         # the failing thread may still be fencing and blanking (it holds no
         # lock a caller of this holds); its outcome decides
         self._settled.wait(60)
-        return end_lsn <= self._acked_end or (
+        return end_lsn <= self._acked_end or self.undo_failed or (
             self.blank_failed and self._acked_end < end_lsn <= self._handed_end)
 
     @property
@@ -445,7 +452,7 @@ class Wal(Committing):
                 b = min(end_after(b), S)     # the END after the last record: it would prove them
             buf[a:b] = bytes(b - a)
             try:
-                self._segs.publish(seq, a, b)
+                self._segs.publish(seq, a, b, record_end=False)
                 self._segs.sync(seq)
             except Exception:  # noqa: BLE001 - the failure that started this is what is reported
                 self.blank_failed = True

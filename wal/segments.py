@@ -55,7 +55,7 @@ import threading
 from pagestore.diskio import PosixFS
 from pagestore.diskio.layout import parse_slot, slot_name
 
-from .format import BLOCK, end_after
+from .format import BLOCK, end_after, end_image
 from .growth import Growth
 from .recseal import RecordSealer
 from .slot import LiveSegment, SegmentSizeMismatch, Slot, read_slot
@@ -265,7 +265,7 @@ class Segments(SparePreparer, Growth):
             raise KeyError(seq)
         return buf
 
-    def publish(self, seq: int, lo: int, hi: int) -> None:
+    def publish(self, seq: int, lo: int, hi: int, *, record_end: bool = True) -> None:
         """Hand bytes [lo, hi) of segment seq to the OS (a segment not live has nothing new).
 
         mmap path: `Mapping.publish` (no-op on posix). pwrite path: pwrite
@@ -281,8 +281,11 @@ class Segments(SparePreparer, Growth):
         4 KiB folio, or that write dirties, and the next fdatasync writes
         back, the whole large folio.
 
-        When `hi` is a record's end, the END trailer the encoder wrote there
-        (wal/format.py) goes too: it is what proves that record complete.
+        `hi` is a record's end (unless `record_end` is False), and the END
+        trailer after it (wal/format.py) goes too: it is what proves that
+        record complete. The pwrite path writes that END from `end_image`,
+        not from the buffer, where another writer may already be half over
+        it with the next record.
         """
         live = self.live.get(seq)
         if live is None:
@@ -307,21 +310,26 @@ class Segments(SparePreparer, Growth):
             if live.sealer is None:
                 live.sealer = RecordSealer(self.cipher)
             live.sealer.seal_to(buf, rec_end)
-            f.pwrite(buf[lo:hi], lo)
-            self.pwrites += 1
-            self.pwrite_bytes += hi - lo
-            return
-        if f.direct:
-            lo -= lo % BLOCK
-        top = -(-hi // BLOCK) * BLOCK
-        last = top - BLOCK
-        if top != hi and lo < last and not f.direct:
-            f.pwrite(buf[lo:last], lo)
-            f.pwrite(buf[last:top], last)
-            self.pwrites += 2
+            top = cut = hi
         else:
-            f.pwrite(buf[lo:top], lo)
+            if f.direct:
+                lo -= lo % BLOCK
+            top = -(-hi // BLOCK) * BLOCK
+            last = top - BLOCK
+            cut = last if top != hi and lo < last and not f.direct else top
+        # [start, top) goes from a copy with the END laid over; [cut, top) alone.
+        start = top
+        if record_end and BLOCK < rec_end < self.segment_size:
+            start = max(rec_end - rec_end % BLOCK, lo)
+            tail = bytearray(buf[start:top])
+            img = end_image(seq * self.segment_size + rec_end)
+            tail[rec_end - start:rec_end - start + len(img)] = img
+        x = lo
+        while x < top:
+            y = start if x < start < cut else cut if x < cut else top
+            f.pwrite(buf[x:y] if x < start else tail[x - start:y - start], x)
             self.pwrites += 1
+            x = y
         self.pwrite_bytes += top - lo
 
     def release(self, before_seq: int) -> None:

@@ -153,8 +153,10 @@ def _record_after(buf, base: int, o: int, size: int, opener=None):
             continue
         if type(read_record(buf, base, pos, size, set(), opener)) is not str:
             return pos
-    # the record at o may run into later blocks: the first record that begins in one
-    for nb in range(b + BLOCK, min(size, b + (WINDOW + 1) * BLOCK), BLOCK):
+    # the record at o may run into later blocks: the first record that begins in one.
+    # No look-ahead bound: a value may fill many blocks, and the walk ends at the
+    # first block header this incarnation of the file did not write.
+    for nb in range(b + BLOCK, size, BLOCK):
         h = decode_block_header(buf, nb)
         if h is None or h[1] != base + nb:
             break

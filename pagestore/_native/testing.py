@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from . import PS_OK, ffi, lib
 
-__all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "page_image", "set_readahead"]
+__all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "end_image", "page_image",
+           "set_readahead"]
 
 
 def crc32c(data, crc: int = 0) -> int:
@@ -27,6 +28,14 @@ def crc32c_software(data, crc: int = 0) -> int:
 def crc32c_hardware_available() -> bool:
     """True when the CPU computes CRC32C (SSE4.2)."""
     return bool(lib.ps_crc32c_hw_available())
+
+
+def end_image(end_lsn: int) -> bytes:
+    """The C encoder's END trailer after a record ending at `end_lsn`: the
+    bytes of LSNs [end_lsn, end_lsn + n), block headers included."""
+    out = ffi.new("uint8_t[]", lib.PS_WAL_END_MAX)
+    n = lib.ps_wal_end_image(end_lsn, out)
+    return bytes(ffi.buffer(out, n))
 
 
 def page_image(core, page_id: int):

@@ -213,18 +213,26 @@ static int round_in_c(ps_gcommit *g, ps_gc_ticket *t) {
     pthread_mutex_lock(&g->pub_mu);
     uint64_t a = g->published;
     if (t->target > a) {
-        uint64_t base = seq * S;
-        uint64_t lo = a > base ? a - base : 0, hi = with_end_trailer(t->target - base, S);
+        uint64_t base = seq * S, end = t->target - base;
+        uint64_t lo = a > base ? a - base : 0, hi = with_end_trailer(end, S);
         if (direct) lo -= lo % BLOCK;
         uint64_t top = (hi + BLOCK - 1) / BLOCK * BLOCK, last = top - BLOCK;
-        if (top != hi && lo < last && !direct) {
-            /* the partial last block alone: it must sit in a 4 KiB folio (segments.py) */
-            err = pwrite_all(fd, buf + lo, last - lo, lo);
-            if (!err) err = pwrite_all(fd, buf + last, top - last, last);
-            pw += 2;
-        } else {
-            err = pwrite_all(fd, buf + lo, top - lo, lo);
-            pw += 1;
+        /* the partial last block alone: it must sit in a 4 KiB folio (segments.py) */
+        uint64_t cut = top != hi && lo < last && !direct ? last : top;
+        /* The END at `end` goes from a copy of its block(s) with the END laid
+         * over: in the buffer, the next record may already be half over it. */
+        _Alignas(4096) uint8_t scratch[2 * BLOCK];
+        uint64_t sb = top;
+        if (end > BLOCK && end < S) {
+            sb = end - end % BLOCK;
+            memcpy(scratch, buf + sb, top - sb);
+            ps_wal_end_image(t->target, scratch + (end - sb));
+        }
+        for (uint64_t x = lo; x < top && !err;) {
+            uint64_t y = x < sb && sb < cut ? sb : x < cut ? cut : top;
+            err = pwrite_all(fd, x < sb ? buf + x : scratch + (x - sb), y - x, x);
+            pw++;
+            x = y;
         }
         if (!err) {
             g->published = t->target;

@@ -28,3 +28,14 @@ int ps_read_live_page(ps_core *c, uint64_t page_id, uint8_t *out);
  * in memory (default PS_SCAN_READAHEAD; 0 or 1: none), for the benchmark
  * and tests that compare the two. */
 void ps_set_readahead(ps_core *c, uint32_t pages);
+
+/* LOCK none.  The END trailer the WAL encoder writes after a record ending
+ * at `end_lsn` (wal/format.py, "End trailer"), as the bytes of LSNs
+ * [end_lsn, end_lsn + n) into out (PS_WAL_END_MAX bytes): a block header
+ * first if end_lsn starts a block, the next block's header in the middle
+ * if fewer than 17 bytes are left in end_lsn's block; both with written
+ * mark end_lsn.  The encoder writes it through this, and a commit round
+ * lays it over what it writes, so the END is the one for its own end.
+ * RETURNS n (17 or 41). */
+#define PS_WAL_END_MAX 41
+size_t ps_wal_end_image(uint64_t end_lsn, uint8_t *out);

@@ -120,8 +120,20 @@ int wal_fits(const ps_core *c, uint64_t len) {
     uint64_t end = end_with_trailer(c, c->wal_off, len + (SEALING(c) ? TAG : 0));
     return end != 0 && end <= c->wal_alloc_end;
 }
+/* A block header at b for the block at `blsn` whose first record begins at
+ * `first`, with written mark w. */
+static void block_header_at(uint8_t *b, uint16_t first, uint64_t blsn, uint64_t w) {
+    /* a mark past the block would claim records not yet written: claim the block's start */
+    uint64_t back = w <= blsn ? blsn - w : 0;
+    wr32(b, 0x4C575350u);
+    wr16(b + 4, 1);
+    wr16(b + 6, first);
+    wr64(b + 8, blsn);
+    wr32(b + 16, back < 0xFFFFFFFFu ? (uint32_t)back : 0xFFFFFFFFu);
+    wr32(b + 20, ps_crc32c(0, b, 20));
+}
+
 static void write_block_header(ps_core *c) {
-    uint8_t *b = c->wal_base + c->wal_off;
     uint16_t first;
     if (c->wal_rec_left == c->wal_rec_total) {
         first = BHDR;                      /* a record begins right here */
@@ -129,15 +141,8 @@ static void write_block_header(ps_core *c) {
         uint64_t end = BHDR + c->wal_rec_left;
         first = end < BLK ? (uint16_t)end : 0xFFFF;
     }
-    wr32(b, 0x4C575350u);
-    wr16(b + 4, 1);
-    uint64_t blsn = c->wal_seq * c->wal_seg_size + c->wal_off, w = c->sig.wal_end_lsn;
-    /* a mark past the block would claim records not yet written: claim the block's start */
-    uint64_t back = w <= blsn ? blsn - w : 0;
-    wr16(b + 6, first);
-    wr64(b + 8, blsn);
-    wr32(b + 16, back < 0xFFFFFFFFu ? (uint32_t)back : 0xFFFFFFFFu);
-    wr32(b + 20, ps_crc32c(0, b, 20));
+    block_header_at(c->wal_base + c->wal_off, first, c->wal_seq * c->wal_seg_size + c->wal_off,
+                    c->sig.wal_end_lsn);
     c->wal_off += BHDR;
 }
 
@@ -154,26 +159,35 @@ static void put_bytes(ps_core *c, const uint8_t *src, size_t n) {
     }
 }
 
-/* The END trailer at the write position, which stays where it is: the next
- * record begins there.  sig.wal_end_lsn is already the new end, so a block
- * header written for it carries the mark the next record's will. */
-static void write_end(ps_core *c) {
-    uint64_t off = c->wal_off, left = c->wal_rec_left, total = c->wal_rec_total;
-    uint64_t at = off % BLK == 0 ? off + BHDR : off;
+size_t ps_wal_end_image(uint64_t end_lsn, uint8_t *out) {
+    uint64_t lsn = end_lsn;
+    size_t n = 0;
+    if (lsn % BLK == 0) {                  /* the next record's block: its header first */
+        block_header_at(out, BHDR, lsn, end_lsn);
+        lsn += BHDR;
+        n = BHDR;
+    }
     uint8_t e[PS_WAL_REC_HDR];
     wr32(e + 4, PS_WAL_REC_HDR);
-    wr64(e + 8, c->wal_seq * c->wal_seg_size + at);
+    wr64(e + 8, lsn);
     e[16] = REC_END;
     wr32(e, ps_crc32c(0, e + 4, PS_WAL_REC_HDR - 4));
-    if (at == off && BLK - off % BLK >= PS_WAL_REC_HDR) {   /* the common case: inside the block */
-        memcpy(c->wal_base + off, e, PS_WAL_REC_HDR);
-        return;
+    size_t room = BLK - lsn % BLK;
+    if (room >= PS_WAL_REC_HDR) {
+        memcpy(out + n, e, PS_WAL_REC_HDR);
+        return n + PS_WAL_REC_HDR;
     }
-    c->wal_rec_total = c->wal_rec_left = PS_WAL_REC_HDR;
-    put_bytes(c, e, PS_WAL_REC_HDR);
-    c->wal_off = off;
-    c->wal_rec_left = left;
-    c->wal_rec_total = total;
+    /* across the next block header, as a record of 17 bytes would run */
+    memcpy(out + n, e, room);
+    block_header_at(out + n + room, (uint16_t)(BHDR + PS_WAL_REC_HDR - room), lsn + room, end_lsn);
+    memcpy(out + n + room + BHDR, e + room, PS_WAL_REC_HDR - room);
+    return n + room + BHDR + PS_WAL_REC_HDR - room;
+}
+
+/* The END trailer at the write position, which stays where it is: the next
+ * record begins there.  wal_fits kept room for it in the segment. */
+static void write_end(ps_core *c) {
+    ps_wal_end_image(c->wal_seq * c->wal_seg_size + c->wal_off, c->wal_base + c->wal_off);
 }
 
 /* Unmap what the encoder has written of the attached segment, up to `upto`

@@ -287,3 +287,36 @@ def test_a_flipped_byte_in_every_acknowledged_put_of_a_store_the_last_included_i
         msgs = [str(w.message) for w in caught if issubclass(w.category, WalRecoveryWarning)]
         assert any(cseg in m and f"offset {o} " in m for m in msgs), (i, len(puts), msgs)
         shutil.rmtree(copy)
+
+
+@pytest.mark.parametrize("blocks", [F.WINDOW // 2, F.WINDOW + 2, 3 * F.WINDOW])
+def test_damage_to_a_last_record_of_any_length_is_reported_not_cut_as_a_torn_tail(tmp_path, blocks):
+    # the END after a value of many blocks is as far from the stop as the value is long
+    seg_size = 4 << 20
+    opts = dict(memory_size=8 << 20, wal_segment_size=seg_size, checkpoint_interval=3600, wal_mode="fsync")
+    db = pagestore.open(tmp_path, **opts)
+    for i in range(50):
+        db.put(b"k%03d" % i, bytes([i]) * 1000)
+    sig = db._engine.core.signals
+    start = sig.wal_end_lsn
+    db.put(b"LAST", b"\x5a" * (blocks * BLOCK))     # fsync mode: durable on return
+    end = sig.wal_end_lsn
+    db._abandon()                                    # as a kill -9 leaves it
+    seg = next(p for p in (tmp_path / "wal").glob("*.wal")
+               if (h := F.decode_segment_header(p.read_bytes()[:44])) is not None
+               and h.seq == end // seg_size)
+    at = start % seg_size + REC_HDR_LEN + 40         # a byte of LAST's value
+    if at % BLOCK < BLOCK_HDR_LEN:
+        at += BLOCK_HDR_LEN
+    with open(seg, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 1]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pagestore.open(tmp_path, **opts) as db:
+            assert db.get(b"LAST") is None           # not replayed: it is damaged
+            damage = db.recovery.get("wal_damage")
+    assert any(issubclass(w.category, WalRecoveryWarning) and str(seg) in str(w.message) for w in caught)
+    assert damage and damage[0]["file"] == str(seg)

@@ -16,6 +16,7 @@ import pagestore
 from pagestore import _native
 from pagestore._native import ffi
 from pagestore.database import State, engine_of
+from pagestore.wal.format import encode_end
 from pagestore.wal.gate import RoundFailed
 
 OPTS = dict(page_size=4096, memory_size=8 << 20, wal_mode="fsync")
@@ -50,8 +51,10 @@ def test_a_round_in_c_writes_the_blocks_covering_it_and_returns_durable(tmp_path
     _write(cell, buf, 5000, 2)        # crosses a block: [100, 4096) and [4096, 8192)
     assert gate.wait(5000, True, ticket, io=True) is False
     assert gate.durable == 5000 and gate.published == 5000
+    want = bytearray(buf[:8192])
+    want[5000:5017] = encode_end(5000)     # the round's END, whatever the buffer holds there
     with open(path, "rb") as f:
-        assert f.read(8192) == bytes(buf[:8192])
+        assert f.read(8192) == bytes(want)
     st = gate.stats()
     assert st["io_rounds"] == 2 and st["io_fsyncs"] == 2 and st["io_pwrites"] == 3
     assert st["io_pwrite_bytes"] == 4096 + (8192 - 100)   # from `published`, not its block
