@@ -98,6 +98,10 @@ class GroupCommit:
         rc = lib.ps_gc_wait(g, lsn, flags if first else flags & ~_FIRST, _SLICE_NS, ticket)
         while rc == _AGAIN:
             rc = lib.ps_gc_wait(g, lsn, flags & ~_FIRST, _SLICE_NS, ticket)
+        return self._verdict(rc, lsn)
+
+    def _verdict(self, rc: int, lsn: int) -> bool:
+        """A settled wait's code as `wait` returns it: False durable, True lead; raises."""
         if rc == _DURABLE:
             return False
         if rc == _LEAD:
@@ -150,13 +154,7 @@ class GroupCommit:
         ran out), True for a round this thread must lead; raises as `wait`."""
         if rc == _AGAIN:
             return self.wait(lsn, commit, ticket, io, first=False)
-        if rc == _DURABLE:
-            return False
-        if rc == _LEAD:
-            return True
-        if rc == _IO_FAILED:
-            raise self.failure()
-        raise ValueError(f"lsn {lsn} is past the end of the log {self._end[0]}")
+        return self._verdict(rc, lsn)
 
     def done(self, ticket, ok: bool) -> None:
         """The leader's round ended; `ok`: [start, target) is durable. A ticket
