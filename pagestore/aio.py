@@ -213,9 +213,16 @@ class AsyncDatabase:
     def _write(self, call, *args, sync):
         try:
             self._check()
+            before = self._lsn
             result = call(*args)
         except BaseException as exc:        # noqa: BLE001 - raised from the await
             return self._failed(exc)
+        if self._lsn == before and before <= self._wal.durable_lsn:
+            # nothing logged (a delete of a missing key) and nothing before it
+            # pending: no round will come to complete it
+            fut = self._future(loop=self._loop)
+            fut.set_result(result)
+            return fut
         return self._after_write(sync, result)
 
     def _failed(self, exc: BaseException) -> asyncio.Future:
