@@ -54,12 +54,9 @@ class CheckpointSteps:
         """Steps 2-4: replay pointer durable, recovery files, START. Returns fsync seconds."""
         fs, clock, fsync = self.fs, self.clock, 0.0
         cid, page_ids, lsn, stats = a.cid, a.page_ids, a.lsn, a.stats
-        # Step 2: the replay pointer must be durable before START names it,
-        # the CHECKPOINT record there included: a flush to `lsn` alone covers
-        # only the records before it, and the log on disk may then end at
-        # `lsn` with the END trailer that the record has since overwritten.
+        # Step 2: the replay pointer must be durable before START names it.
         t = clock()
-        self.wal.flush(lsn + 1)
+        self.wal.flush(lsn)
         stats["wal_flush_seconds"] = clock() - t
         fs.crash_point("checkpoint.after_wal_fsync")
 
