@@ -120,9 +120,13 @@ class AsyncDatabase:
         self._lsn = lsn
 
     # -- durability --------------------------------------------------------------
-    def _after_write(self, sync, result=None) -> asyncio.Future:
+    def _after_write(self, sync, result=None, logged: bool = True) -> asyncio.Future:
         fut = self._future(loop=self._loop)
-        if self._fsync or sync:
+        if (self._fsync or sync) and (logged or self._lsn > self._wal.durable_lsn):
+            # (nothing logged and all before it durable: no round would come
+            # to complete it -- a delete of a missing key, a sync() with
+            # nothing new; a write that logged is completed by the round that
+            # covers it, which wakes the loop after it)
             self._pending.append((self._lsn, fut, result))
             if self._efd >= 0:
                 if self._idle[0]:          # read after the write (see ps_gc_kick)
@@ -217,13 +221,7 @@ class AsyncDatabase:
             result = call(*args)
         except BaseException as exc:        # noqa: BLE001 - raised from the await
             return self._failed(exc)
-        if self._lsn == before and before <= self._wal.durable_lsn:
-            # nothing logged (a delete of a missing key) and nothing before it
-            # pending: no round will come to complete it
-            fut = self._future(loop=self._loop)
-            fut.set_result(result)
-            return fut
-        return self._after_write(sync, result)
+        return self._after_write(sync, result, self._lsn != before)
 
     def _failed(self, exc: BaseException) -> asyncio.Future:
         fut = self._loop.create_future()
@@ -264,7 +262,7 @@ class AsyncDatabase:
     async def sync(self) -> None:
         """Await until every write made so far is durable."""
         self._check()
-        await self._after_write(True)
+        await self._after_write(True, logged=False)
 
     async def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
         """(key, value) pairs in key order, as `Database.scan`, yielding to the loop

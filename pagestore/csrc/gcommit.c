@@ -184,15 +184,6 @@ static int pwrite_all(int fd, const uint8_t *p, uint64_t n, uint64_t off) {
     return 0;
 }
 
-/* Segment offset just past the END trailer the encoder writes at a record's
- * end `hi` (walenc.c): it goes out with the record, as it proves that record
- * complete.  A block header comes first if `hi` starts a block. */
-static uint64_t with_end_trailer(uint64_t hi, uint64_t S) {
-    uint64_t e = hi % BLOCK == 0 ? hi + 24 : hi, room = BLOCK - e % BLOCK;
-    e = PS_WAL_REC_HDR <= room ? e + PS_WAL_REC_HDR : e + room + 24 + (PS_WAL_REC_HDR - room);
-    return e < S ? e : S;
-}
-
 /* The elected leader's round, in C: lock held on entry and on return.
  * RETURNS 1 (durable), -1 (failed: kept in g->fail, C rounds off), 0 (not
  * for C: the caller hands it to Python, still granted). */
@@ -214,7 +205,10 @@ static int round_in_c(ps_gcommit *g, ps_gc_ticket *t) {
     uint64_t a = g->published;
     if (t->target > a) {
         uint64_t base = seq * S, end = t->target - base;
-        uint64_t lo = a > base ? a - base : 0, hi = with_end_trailer(end, S);
+        /* the END trailer goes out with the record: it proves that record complete */
+        uint8_t img[PS_WAL_END_MAX];
+        size_t n = ps_wal_end_image(t->target, img);
+        uint64_t lo = a > base ? a - base : 0, hi = end + n < S ? end + n : S;
         if (direct) lo -= lo % BLOCK;
         uint64_t top = (hi + BLOCK - 1) / BLOCK * BLOCK, last = top - BLOCK;
         /* the partial last block alone: it must sit in a 4 KiB folio (segments.py) */
@@ -226,7 +220,7 @@ static int round_in_c(ps_gcommit *g, ps_gc_ticket *t) {
         if (end > BLOCK && end < S) {
             sb = end - end % BLOCK;
             memcpy(scratch, buf + sb, top - sb);
-            ps_wal_end_image(t->target, scratch + (end - sb));
+            memcpy(scratch + (end - sb), img, n);
         }
         for (uint64_t x = lo; x < top && !err;) {
             uint64_t y = x < sb && sb < cut ? sb : x < cut ? cut : top;

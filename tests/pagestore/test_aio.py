@@ -198,3 +198,21 @@ def test_power_loss_at_a_sync_write_keeps_the_synced_ones():
         fs.crash(seed, "random")
         with pagestore.open("/s", fs=fs, **OPTS) as db2:
             assert all(db2.get(k) == b"v" * 100 for k in acked), seed
+
+
+@pytest.mark.parametrize("mode", ["fsync", "log_only"])
+def test_an_await_with_nothing_new_to_make_durable_completes(tmp_path, mode):
+    # a delete of a missing key logs nothing, nor does a sync() after a durable
+    # put: no round comes, so the await must not wait for one (the cap only
+    # turns a hang into a failure)
+    async def main():
+        # no timed checkpoint either: its record would bring a round
+        async with pagestore.aio.open(tmp_path, wal_mode=mode, checkpoint_interval=3600, **OPTS) as db:
+            await db.put(b"a", b"1", sync=True)
+            assert await asyncio.wait_for(db.delete(b"missing", sync=True), 60) is False
+            await asyncio.wait_for(db.sync(), 60)
+            await asyncio.wait_for(db.sync(), 60)
+            async with db.transaction():
+                pass
+            assert await db.get(b"a") == b"1"
+    run(main())
