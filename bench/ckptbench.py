@@ -7,7 +7,11 @@ write rate against a plain sequential write, and recovery time after kill -9.
 * ``sequential_write_rate`` — a plain file of the same size created, written in
   1 MiB blocks, fsynced and its directory fsynced, in the same run: the rate
   recovery files are judged by (their phase creates, writes, fsyncs each file
-  and fsyncs cp/, in >= 1 MiB pwrites).
+  and fsyncs cp/, in >= 1 MiB pwrites). "The same bytes" are the recovery
+  files' bytes as stored: a compressing codec is compared with a plain write
+  of its compressed bytes (its rate counts the bytes it writes, not the 4 KiB
+  pages it covers), so a codec that spends CPU to write fewer bytes scores
+  lower here than its pages per second suggest.
   The crash child measures it three times between its two phase-A checkpoints
   (``plain_rates``, with ``recovery_rates`` of those checkpoints); the report
   compares the fastest of each.

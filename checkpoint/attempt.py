@@ -8,15 +8,17 @@ again from where it stood -- the same id, pages and replay pointer; the
 recovery files and START again if START was not durable yet, else only the
 pages not written and released so far, then END. Retrying forever cannot
 wedge the store: every try is a fresh set of file operations. Two failures
-are not retried (`is_fatal`): a failed sync of the page file and a
-read-only file system.
+are not retried (`is_fatal`): a failed sync of the page file, a
+read-only file system, and a file removed under the running store.
 """
 
 from __future__ import annotations
 
 import errno
 
-__all__ = ["Attempt", "RecordingSource", "BACKOFF_FIRST", "BACKOFF_MAX", "backoff", "is_fatal",
+from pagestore.diskio.errors import NotFoundError
+
+__all__ = ["Attempt", "FileRemoved", "RecordingSource", "BACKOFF_FIRST", "BACKOFF_MAX", "backoff", "is_fatal",
            "waited_for"]
 
 BACKOFF_FIRST = 0.05      # seconds before the first retry of a failed checkpoint
@@ -37,17 +39,26 @@ def waited_for(reason: str) -> bool:
     return any(r in _WAITED for r in reason.split(","))
 
 
+class FileRemoved(NotFoundError):
+    """The page file or a segment the log still needs was removed under the
+    running store: its descriptor still takes writes, into a file no reopen
+    will find, so a checkpoint must not make that loss look durable."""
+
+
 def is_fatal(exc: BaseException, phase: str) -> bool:
     """A failure in `phase` that must not be retried.
 
     After a failed sync of the page file its written pages may be gone from
     the page cache (PostgreSQL's fsync finding) while memory holds them
     released and clean, so a retry would write END over pages that are on
-    disk nowhere; a read-only file system takes nothing more. Either way only
+    disk nowhere; a read-only file system takes nothing more; a page file
+    or segment removed under the store (`FileRemoved`) does not come back.
+    Either way only
     a reopen (restoring the checkpoint from its recovery files, START being
     durable) is safe.
     """
-    return phase == "page_fsync" or getattr(exc, "errno", None) == errno.EROFS
+    return (phase == "page_fsync" or isinstance(exc, FileRemoved)
+            or getattr(exc, "errno", None) == errno.EROFS)
 
 
 class Attempt:

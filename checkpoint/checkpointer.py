@@ -183,7 +183,7 @@ class Checkpointer(CheckpointSteps):
         self._hurry_why = "request"
         self._last_end = clock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="pagestore-cp-writer")
-        self._thread = threading.Thread(target=self._loop, name="pagestore-checkpointer", daemon=True)
+        self._thread = threading.Thread(target=self._main, name="pagestore-checkpointer", daemon=True)
         if autostart:
             self._thread.start()
 
@@ -282,6 +282,22 @@ class Checkpointer(CheckpointSteps):
         if self.interval is None:
             return None
         return self._last_end + self.interval - self.clock()
+
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - a defect: the waiters must not hang on it
+            # An exception out of the loop itself (its failure handling
+            # failed) would end the thread with every waiter asleep and every
+            # later checkpoint unserved: break the checkpointer loudly instead.
+            with self._cond:
+                self._error = self._broken = exc
+                self._retry_at = float("inf")
+                self._failed_upto = self._requested
+                self._cond.notify_all()
+            if self.on_failure is not None:
+                self.on_failure(exc, True)
+            raise
 
     def _loop(self) -> None:
         while True:

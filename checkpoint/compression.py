@@ -42,8 +42,11 @@ DISABLED, SKIP_GARBAGE, SNAPPY, ZSTD, LZ4 = 0, 1, 2, 3, 4
 CODECS = {"disabled": DISABLED, "skip_garbage": SKIP_GARBAGE, "snappy": SNAPPY, "zstd": ZSTD, "lz4": LZ4}
 CODEC_NAMES = {v: k for k, v in CODECS.items()}
 
-# Default levels follow Ignite: zstd 3, lz4 0 (the fast block mode).
-_LEVELS = {ZSTD: (3, -131072, 22), LZ4: (0, 0, 17)}
+# Default levels follow Ignite: zstd 3, lz4 0 (the fast block mode). lz4's
+# levels below 0 are its fast mode with acceleration 1 - level (the lz4
+# tool's --fast=N): the compressor skips ahead faster through bytes that do
+# not match, for a slightly larger block that every LZ4 decoder reads.
+_LEVELS = {ZSTD: (3, -131072, 22), LZ4: (0, -65534, 17)}
 
 
 _ZEROS = bytes(1 << 16)          # free_hi is a u16: no gap is longer
@@ -95,6 +98,10 @@ class PageCodec:
             raise ValueError(f"{name} takes no level")
         else:
             self.level = None
+        # LZ4's acceleration in the fast mode (levels <= 0), else None. Only the
+        # C framing (liblz4) applies it; cramjam's block compressor has none, so
+        # the Python codec writes the fast mode's default-acceleration block.
+        self.acceleration = 1 - self.level if self.id == LZ4 and self.level <= 0 else None
         # compress_into(data, out) -> n: the codec's compressed form of data into
         # out (bound(len(data)) bytes), bound once here so the writers' per-page
         # call is the codec's own (None for the non-compressing codecs)
@@ -106,7 +113,7 @@ class PageCodec:
         elif self.id == LZ4:
             self.compress_into = (functools.partial(cramjam.lz4.compress_block_into, mode="high_compression",
                                                     compression=self.level)
-                                  if self.level else cramjam.lz4.compress_block_into)
+                                  if self.level > 0 else cramjam.lz4.compress_block_into)
 
     def encode(self, page) -> tuple[int, int, bytes]:
         """(codec applied, flags, payload) for one page image."""
@@ -121,6 +128,13 @@ class PageCodec:
         if len(packed) >= len(base):
             return raw_codec, flags, base
         return self.id, flags, packed
+
+    @property
+    def frame_code(self) -> int:
+        """The codec argument of the C framing: the id, with LZ4's acceleration
+        in bits 8-23 when it is above 1 (recframe.c)."""
+        accel = self.acceleration or 1
+        return self.id | (accel << 8 if accel > 1 else 0)
 
     def bound(self, size: int) -> int:
         """Bytes `compress_into` may need for `size` input bytes (snappy's bound is the largest)."""
@@ -167,7 +181,7 @@ class PageCodec:
             return bytes(cramjam.snappy.compress_raw(data))
         if self.id == ZSTD:
             return bytes(cramjam.zstd.compress(data, level=self.level))
-        if self.level:
+        if self.level > 0:
             return bytes(cramjam.lz4.compress_block(data, mode="high_compression", compression=self.level))
         return bytes(cramjam.lz4.compress_block(data))
 

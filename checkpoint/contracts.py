@@ -61,6 +61,9 @@ class PageSource(Protocol):
 class PageSink(Protocol):
     """Where pages go in place (step 5) and where recovery restores them."""
 
+    def missing(self) -> str | None:
+        """The page file's path if it was removed under the running store, else None."""
+
     def write_pages(self, page_ids, images) -> None:
         """Write `len(page_ids)` images of `page_size` bytes each at their pages."""
 
@@ -77,7 +80,8 @@ class RecoveryFraming(Protocol):
     """
 
     def frame_records(self, page_ids, images, page_size: int, codec: int, out) -> tuple:
-        """Frame plain records of `images` into `out`: (bytes, gap fallbacks)."""
+        """Frame plain records of `images` into `out`: (bytes, gap fallbacks). `codec` is
+        the codec's `PageCodec.frame_code` (its id, with lz4's acceleration)."""
 
     def compact_pages(self, images, n: int, page_size: int, compact, lens, flags) -> int:
         """Remove the free gap of `n` pages in bulk; returns gap fallbacks."""

@@ -114,7 +114,7 @@ class RecoveryFileWriter:
         self._plain = cipher is None or self._bulk_seal     # records framed without a cipher
         self._seal_room = cipher.overhead if self._bulk_seal else 0
         self._framer = (framer if self._plain and codec.id in framed
-                        and not (codec.id == LZ4 and codec.level) else None)
+                        and not (codec.id == LZ4 and codec.level > 0) else None)
         self._compactor = (compactor if self._plain and self._framer is None
                            and codec.id not in (DISABLED, SKIP_GARBAGE) else None)
         # Not truncated: the file may be a completed checkpoint's, renamed to
@@ -123,7 +123,13 @@ class RecoveryFileWriter:
         self._file = fs.open(path, create=True)
         self._fd = _writeback_fd(self._file)
         header = pack_file_header(checkpoint_id, writer, page_size, codec.id)
-        self._file.pwrite(header, 0)
+        try:
+            self._file.pwrite(header, 0)
+        except BaseException:
+            # no caller holds this writer yet to close it: a failed header
+            # write (a full disk) would leave the file open past close()
+            self._file.close()
+            raise
         self._written = len(header)   # file offset of the buffer's first byte
         self._fill = 0                # bytes waiting in the buffer
         self.offset = len(header)
@@ -146,7 +152,7 @@ class RecoveryFileWriter:
         start = self._fill
         if self._framer is not None:
             out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
-            n, fallbacks = self._framer(page_ids, images, self.page_size, self.codec.id, out[start:])
+            n, fallbacks = self._framer(page_ids, images, self.page_size, self.codec.frame_code, out[start:])
             out.release()
             self.gap_fallbacks += fallbacks
             end = start + n
@@ -176,12 +182,13 @@ class RecoveryFileWriter:
         return self._framer is not None
 
     def append_copied(self, page_ids, copy_frame) -> int:
-        """Like `append`, with `copy_frame(ids, codec, out)` copying and framing the
+        """Like `append`, with `copy_frame(ids, code, out)` (code: the codec's
+        `frame_code`) copying and framing the
         pages in one pass (the store's C core) instead of an images buffer in between."""
         start = self._fill
         out = self._buffer(len(page_ids), self.page_size + RECORD_HEADER_SIZE)
         try:
-            n, fallbacks = copy_frame(page_ids, self.codec.id, out[start:])
+            n, fallbacks = copy_frame(page_ids, self.codec.frame_code, out[start:])
         finally:
             out.release()
         self.gap_fallbacks += fallbacks

@@ -8,8 +8,10 @@ progress, and change its `state`.
 
 from __future__ import annotations
 
+import errno
+
 from . import pool
-from .attempt import Attempt
+from .attempt import Attempt, FileRemoved
 from .format import START, Marker, parse_name, recovery_file_name
 from .markers import remove_quietly, write_marker
 
@@ -21,6 +23,14 @@ class CheckpointSteps:
 
     def _begin(self, reason: str, covering: int) -> Attempt:
         """Step 1, a new checkpoint: its id, pages and replay pointer."""
+        # A page file or needed segment removed under the running store still
+        # takes writes through its descriptor, into a file no reopen finds:
+        # a checkpoint would make that loss durable. Fail, naming the file.
+        self._progress.set_phase("begin")
+        for part in (self.sink, self.wal):
+            gone = part.missing()
+            if gone is not None:
+                raise FileRemoved(errno.ENOENT, "removed while the store was open", gone)
         fs, clock, cid = self.fs, self.clock, self._next_id
         self._next_id += 1
         t0 = clock()

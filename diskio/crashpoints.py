@@ -26,6 +26,8 @@ CRASH_POINTS: dict[str, str] = {
     "wal.segment_synced": "a new WAL segment's temporary file fsynced, not yet renamed to its name",
     "wal.segment_created": "a new WAL segment file created and preallocated, directory not yet fsynced",
     "wal.segment_dir_synced": "a new WAL segment renamed into place and its directory fsynced, not yet handed out",
+    "wal.newest_tmp_written": "wal/NEWEST's temporary file written and fsynced, not yet renamed over NEWEST",
+    "wal.newest_written": "wal/NEWEST replaced and its directory fsynced; the segment it names not yet handed out",
     # Checkpoint, numbered as in DESIGN.md §3
     "checkpoint.after_lock": "step 1 done: dirty set snapshotted and CHECKPOINT logged, lock released",
     "checkpoint.after_wal_fsync": "step 2 done: WAL durable up to the CHECKPOINT record",

@@ -11,6 +11,7 @@ nothing here touches a file.
                                                  segment's seq (its header says which seq)
     <store>/wal/seg-<slot:08d>.wal.tail-<lsn>    set aside by recovery: a torn tail or a
                                                  slot off the log's chain, cut at lsn
+    <store>/wal/NEWEST                           the newest segment the writer began (wal/newest.py)
     <store>/cp/<id:016d>-START.bin               checkpoint markers (docs/recovery-files.md)
     <store>/cp/<id:016d>-END.bin
     <store>/cp/<id:016d>-RECOVERY-<writer:03d>.bin   recovery files, one per writer thread
@@ -33,7 +34,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
-    "LOCK", "PAGE_FILE", "WAL_DIR", "CP_DIR", "ARCHIVE_DIR", "TMP_SUFFIX", "COMPACT_DIR", "STORE_ENTRIES",
+    "LOCK", "PAGE_FILE", "WAL_DIR", "NEWEST", "CP_DIR", "ARCHIVE_DIR", "TMP_SUFFIX", "COMPACT_DIR", "STORE_ENTRIES",
     "slot_name", "parse_slot", "tail_name", "parse_tail",
     "marker_name", "recovery_file_name", "parse_cp_name",
     "archive_name", "compacted_name", "parse_archive_name",
@@ -42,6 +43,7 @@ __all__ = [
 LOCK = "LOCK"
 PAGE_FILE = "pages.dat"
 WAL_DIR = "wal"
+NEWEST = "NEWEST"             # in WAL_DIR: names the newest segment begun (wal/newest.py)
 CP_DIR = "cp"
 ARCHIVE_DIR = "archive"       # where `inspect` looks for an archive when none is named
 TMP_SUFFIX = ".tmp"

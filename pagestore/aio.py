@@ -19,7 +19,7 @@ syncer's rounds go through the WAL's group commit, so threads writing with
 `pagestore.open` semantics elsewhere share them too.
 
 Where the WAL does its rounds in C (fsync mode on posix files, no crash
-point armed), the syncer runs in C too (csrc/gcommit.c, `ps_gc_syncer`): it
+point armed), the syncer runs in C too (csrc/gcsyncer.c, `ps_gc_syncer`): it
 never takes the GIL, so a busy loop cannot hold it up; it adds 1 to an
 eventfd the loop watches (`add_reader`) after each round. Elsewhere it is
 a Python thread telling the loop with `call_soon_threadsafe`.

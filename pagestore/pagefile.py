@@ -131,6 +131,11 @@ class PageFile:
                 f"{self.path}: page {page_id} (offset {page_id * ps}) failed its checksum "
                 f"or page-id check", self.path)
 
+    def missing(self) -> str | None:
+        """This file's path if it was removed under the running store, else None
+        (its descriptor still writes, into a file no reopen will find)."""
+        return None if self.fs.exists(self.path) else self.path
+
     def write_pages(self, page_ids, images) -> None:
         """Write sealed page images in place; runs of adjacent ids become one write."""
         ps = self.page_size

@@ -26,7 +26,7 @@ from pagestore.diskio import layout
 from pagestore.diskio.posix import PosixFS, PosixLock
 
 from .engine import make_core
-from .errors import ConfigError, Error, ReadOnlyError, RecoveryNeededError, StoreLockedError
+from .errors import ConfigError, CorruptionError, Error, ReadOnlyError, RecoveryNeededError, StoreLockedError
 from .pagefile import PageFile
 from .recovering import RecoveringStoreMixin
 from .tools import ReadOnlyFS
@@ -35,8 +35,9 @@ __all__ = ["ReadOnlyEngine", "pending_recovery"]
 
 
 def pending_recovery(path: str, cipher=None) -> str | None:
-    """Why the store in `path` needs recovery before it can be read, or None."""
-    from .tools import checkpoint_dir, scan_wal, wal_slots
+    """Why the store in `path` needs recovery before it can be read, or None.
+    Raises CorruptionError when its newest WAL segment was removed or wal/NEWEST is damaged."""
+    from .tools import checkpoint_dir, scan_wal, wal_newest_fault, wal_slots
     pages = os.path.join(path, layout.PAGE_FILE)
     if not os.path.exists(pages) or os.path.getsize(pages) == 0:
         return f"{pages} is empty: the store's first open did not finish"
@@ -47,6 +48,9 @@ def pending_recovery(path: str, cipher=None) -> str | None:
     if cpd["marker_errors"]:
         return f"a checkpoint marker is damaged ({cpd['marker_errors'][0]['file']})"
     slots, seg_size, _ = wal_slots(path)
+    newest = wal_newest_fault(path, slots)
+    if newest is not None:          # no recovery brings a removed segment back
+        raise CorruptionError(newest[1], newest[0])
     if not slots:
         return None
     if seg_size is None:

@@ -26,7 +26,9 @@ from pagestore.checkpoint.page_header import BODY_AT, FREELIST, PAGE_SIZES, page
 from pagestore.checkpoint.format import (END, FILE_HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, START,
                                MarkerCorrupt, RecoveryFileCorrupt, unpack_file_header)
 from pagestore.checkpoint.markers import cp_dir, read_marker, scan as scan_cp
-from pagestore.wal.format import TYPE_NAMES
+from pagestore.wal.format import END as WAL_END, TYPE_NAMES
+from pagestore.wal.newest import SIZE as NEWEST_SIZE, NewestDamaged, NewestSegmentMissing, decode_newest, newest_missing
+from pagestore.wal.record import read_record
 from pagestore.wal.reader import RecoveryReport, WalRecoveryWarning, scan as scan_wal_chain, segment_records
 from pagestore.wal.recseal import BlockSealedSegment, record_opener
 from pagestore.wal.segments import read_slot
@@ -297,6 +299,24 @@ def wal_slots(store: str):
     return slots, seg_size, sorted(sizes)
 
 
+def wal_newest_fault(store: str, slots) -> tuple[str, str] | None:
+    """(file, message) when <store>/wal/NEWEST is damaged or names a segment
+    whose file was removed (wal/newest.py: the reopen would refuse), else None."""
+    d = os.path.join(store, layout.WAL_DIR)
+    path = os.path.join(d, layout.NEWEST)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            newest = decode_newest(f.read(NEWEST_SIZE + 1), path)
+    except NewestDamaged as e:
+        return path, str(e)
+    if newest_missing(newest, {s.number for s in slots}, [s.seq for s in slots if s.header is not None]):
+        e = NewestSegmentMissing(d, newest)
+        return e.path, str(e)
+    return None
+
+
 class SegmentView:
     """The `Segments` surface `wal.reader.scan` reads (slots, segment_size, read_buffer), read-only."""
 
@@ -352,6 +372,19 @@ def walk_segment(view: SegmentView, slot) -> dict:
     return out
 
 
+def _end_at(view: SegmentView, chain, lsn: int) -> bool:
+    """True if a whole END trailer of its own lsn sits at `lsn` in a segment
+    of `chain`: the writer's log ended there (an END is never sealed, so no
+    cipher is needed)."""
+    S = view.segment_size
+    for slot in chain:
+        if slot.seq == lsn // S:
+            buf = view.read_buffer(slot)
+            rec = read_record(buf, slot.seq * S, lsn % S, len(buf), set())
+            return type(rec) is not str and rec.type == WAL_END and rec.lsn == lsn
+    return False
+
+
 def scan_wal(slots, segment_size: int, from_lsn: int, cipher=None) -> dict:
     """The recovery scan from `from_lsn`, read-only: what replay would read and where it stops.
     Encrypted segments need `cipher`."""
@@ -371,14 +404,17 @@ def scan_wal(slots, segment_size: int, from_lsn: int, cipher=None) -> dict:
                     types[name] = types.get(name, 0) + 1
             except StopIteration as stop:
                 end = stop.value
+            end_at_stop = _end_at(view, end.chain, report.stop_lsn)
     except BlockSealedSegment as e:          # a fault to report, not a reason to stop the tool
         return {"from_lsn": from_lsn, "stop_lsn": from_lsn, "records": report.records,
                 "types": types, "first": first, "gaps": report.gaps, "chain": [], "off_chain": [],
                 "torn_tail": False, "tail_bytes": 0,
-                "damage": report.damage + [{"file": e.path, "offset": 0, "lsn": None, "reason": str(e)}]}
+                "damage": report.damage + [{"file": e.path, "offset": 0, "lsn": None, "reason": str(e)}],
+                "end_at_stop": False}
     finally:
         view.close()
     return {"from_lsn": from_lsn, "stop_lsn": report.stop_lsn, "records": report.records,
+            "end_at_stop": end_at_stop,
             "types": types, "first": first, "damage": report.damage, "gaps": report.gaps,
             "chain": [{"slot": s.number, "seq": s.seq, "file": s.path} for s in end.chain],
             "off_chain": [{"slot": s.number, "seq": s.seq, "file": s.path} for s in end.off_chain],

@@ -28,7 +28,8 @@ from pagestore.checkpoint.recovery_file import read_recovery_file
 from .errors import CorruptionError, EncryptionError
 from . import _native
 from .tools import (ReadOnlyFile, ReadOnlyFS, ToolError, bad_pages, check_store_path, checkpoint_dir,
-                    lock_holder, open_page, page_file, recovery_file_summary, scan_wal, wal_slots)
+                    lock_holder, open_page, page_file, recovery_file_summary, scan_wal, wal_newest_fault,
+                    wal_slots)
 
 __all__ = ["verify"]
 
@@ -217,11 +218,14 @@ def _ranges(ids) -> str:
 def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted, cipher=None) -> None:
     slots, seg_size, sizes = wal_slots(store)
     pointer = entries[complete]["start"].wal_lsn if complete is not None and entries[complete]["start"] else 0
+    gone = wal_newest_fault(store, slots)      # a removed newest segment reads as a clean end
+    if gone is not None:
+        r.fault("wal", gone[1], file=gone[0])
     if not slots:
         if pointer:
             r.fault("wal", f"no WAL segment files, but checkpoint {complete} points at lsn {pointer}",
                     file=posixpath.join(store, layout.WAL_DIR))
-        r.check("wal", "fault" if pointer else "ok", "no WAL segments")
+        r.check("wal", "fault" if pointer or gone else "ok", "no WAL segments")
         return
     if seg_size is None:
         r.fault("wal", "segment headers disagree on segment_size: " + ", ".join(map(str, sizes))
@@ -229,7 +233,7 @@ def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted, cip
         r.check("wal", "fault", "WAL segments unreadable")
         return
     w = scan_wal(slots, seg_size, pointer, cipher)
-    bad = 0
+    bad = 1 if gone else 0
     for d in w["damage"]:
         bad += 1
         r.fault("wal", f"damage at offset {d['offset']} (lsn {d['lsn']}): {d['reason']}",
@@ -243,11 +247,13 @@ def _check_wal(r: _Result, store: str, entries: dict, complete, interrupted, cip
                        "it aside", file=s["file"], offset=0)
     if complete is not None and pointer:
         first = w["first"]
-        if first is None and w["stop_lsn"] == pointer and not (w["damage"] or w["gaps"]):
+        if first is None and w["stop_lsn"] == pointer and w["end_at_stop"] and not (w["damage"] or w["gaps"]):
             # The checkpoint flushed the log up to its record, not through it:
-            # a process stopped after END leaves the log ending at the
-            # pointer, which is what recovery replays from. Nothing after the
-            # record was logged, so nothing acknowledged can be missing.
+            # a process stopped after END can leave the log ending at the
+            # pointer, which is what recovery replays from. The whole END
+            # trailer there is the writer's own end of the log: nothing after
+            # it was written. (Zeroed or missing segments end the scan at the
+            # pointer too, with no END: those stay faults.)
             r.note("wal", f"the log ends at checkpoint {complete}'s pointer lsn {pointer}: its CHECKPOINT "
                           "record was not yet written when the store stopped, and nothing after it was")
         elif first is None or first[0] != pointer or first[2] != complete:

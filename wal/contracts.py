@@ -29,6 +29,10 @@ class WalHandle(Protocol):
     def trim(self, lsn: int) -> None:
         """Records before `lsn` are no longer needed (after END is durable: invariant 3)."""
 
+    def missing(self) -> str | None:
+        """The path of a segment file the log still needs that was removed
+        under the running store, or None (checked before each checkpoint)."""
+
 
 @runtime_checkable
 class SegmentSource(Protocol):

@@ -20,7 +20,8 @@ Durability pointers (LSNs, only growing):
              files; fdatasync releases the GIL, so concurrent leaders overlap);
              the commit gate (wal/gate.py) holds it (and `published`)
 Commit per mode and the group-commit rounds (in Python, or in C for fsync
-mode on posix files) are `Committing`'s, wal/commit.py.
+mode on posix files) are `Committing`'s, wal/commit.py; what follows a
+failed write or sync is `Failing`'s, wal/failure.py.
 Invariants:
   (1) durable <= published <= end_lsn() on the simulator; durable <= end_lsn().
   (2) A leader syncs every segment from the one holding `durable` (as it was
@@ -38,8 +39,10 @@ from pagestore.diskio.layout import tail_name
 
 from .archive import Archive
 from .commit import Committing
+from .failure import Failing
 from .gate import ThreadGate
-from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header, end_after
+from .newest import check_newest, keep_chain
+from .format import BLOCK, FIRST_RECORD, MIN_SEGMENT, decode_segment_header, encode_segment_header
 from .reader import RecoveryReport, SegmentMissing, scan
 from .recseal import MAX_SEGMENT, seal_header
 from .segments import WRITE_PATHS, Segments
@@ -53,7 +56,7 @@ DEFAULT_MAX_SYNCS = 1          # group-commit leaders allowed to fdatasync at on
 _MAX_LINGER = 0.002            # seconds a leader may wait for its siblings (see Wal._flush)
 
 
-class Wal(Committing):
+class Wal(Committing, Failing):
     """The logical WAL of one store directory (see the module docstring)."""
 
     def __init__(self, fs, dirpath: str, *, mode: str = "log_only", segment_size: int = DEFAULT_SEGMENT_SIZE,
@@ -108,20 +111,16 @@ class Wal(Committing):
                     and isinstance(fs, PosixFS) and hasattr(self._gate, "io_segment"))
         if self._io:
             self._segs.zeroing_hook = self._gate.io_zeroing
-        self._started = False
-        self._closed = False
+        self._started = self._closed = self._scanned = False
         self._scan_end = None
-        self._scanned = False
         self._stop = threading.Event()
         self._flusher = None
         self.flusher_error: BaseException | None = None
         self.recovery_report: RecoveryReport | None = None
         self._fsyncs = 0
         self._already = 0          # commits found durable without asking the gate
-        # After a failed write or sync the bytes may be gone from the page
-        # cache (PostgreSQL's fsync finding): the log trusts nothing it has
-        # not acknowledged, refuses every later publish and sync, and on
-        # close blanks what lies past `_acked_end` (see `failure`).
+        # The first failed write or sync (wal/failure.py): nothing is
+        # acknowledged after it; close() blanks what lies past `_acked_end`.
         self._failure: BaseException | None = None
         self._acked_end = self._handed_end = 0   # [acked, handed): given to the OS, not acknowledged
         self.blank_failed = False  # the disk refused the zeros too: unacknowledged records may return
@@ -161,6 +160,7 @@ class Wal(Committing):
         if self._started:
             raise RuntimeError("recover() must run before start()")
         self._segs.scan()
+        self._segs.remove_unfinished()
         if from_lsn > 0:
             # A checkpoint's pointer is the lsn of its CHECKPOINT record, fsynced
             # before START and never trimmed away: without its segment the
@@ -168,6 +168,9 @@ class Wal(Committing):
             seq = from_lsn // self.segment_size
             if not any(s.header is not None and s.seq == seq for s in self._segs.slots.values()):
                 raise SegmentMissing(self.dir, seq, from_lsn)
+        # A segment removed after the pointer's would read as the log's clean
+        # end; wal/NEWEST names the newest one begun (wal/newest.py).
+        check_newest(self._segs)
         self.recovery_report = report = RecoveryReport(from_lsn)
         end = yield from scan(self._segs, from_lsn, report)
         self._cut(end, report)
@@ -177,6 +180,7 @@ class Wal(Committing):
         suffix = tail_name("", stop)
         changed = False
         segs.close_readers()
+        keep_chain(segs, end.chain)      # before any slot is renamed aside
         if end.tail is not None:
             slot, _offset, data = end.tail
             report.tail_file = slot.path + suffix
@@ -277,70 +281,6 @@ class Wal(Committing):
             raise
         self.fs.crash_point("wal.after_fsync")
 
-    def _fail(self, exc: BaseException, acked_end: int) -> None:
-        # the first failure wins: later ones are its consequences
-        if self._io:
-            self._gate.io_enable(False)     # no round in C after it either
-        with self._pub_lock:
-            first = self._failure is None
-            if first:
-                self._failure, self._acked_end = exc, acked_end
-                self._handed_end = max(acked_end, self._published)
-        if first:
-            self._settle()
-
-    def _settle(self) -> None:
-        # A writer that fails meanwhile asks `in_doubt` only after this: the
-        # fence may yet keep its record as acknowledged, the blanking may fail.
-        try:
-            self._fence_writers()
-            self._blank_unacknowledged()
-        finally:
-            self._settled.set()
-
-    def _fence_writers(self) -> None:
-        # Nothing may be acknowledged after the failure: the writers stop here.
-        # On a mapping that is the page cache every record written until then
-        # was in the OS when its write returned, so those stay acknowledged.
-        if self.fence is None:
-            return
-        mapped = self.mode != "fsync" and not self._publish_needed
-        try:
-            end = self.fence(None if mapped else self._acked_end)
-        except Exception:  # noqa: BLE001 - the failure that started this is what is reported
-            # the writers are refused all the same (the fence refuses first);
-            # what it left applied is in doubt, not "not applied"
-            self.undo_failed = True
-            return
-        if mapped:
-            with self._pub_lock:
-                self._acked_end = self._handed_end = max(self._acked_end, end)
-
-    def _visible_end(self) -> int:
-        # a posix mapping is the page cache: every written byte is out already
-        return self._published if self._publish_needed else self._end_lsn()
-
-    def in_doubt(self, end_lsn: int) -> bool:
-        """The write of the record ending at `end_lsn` met the failure, yet the
-        record was handed to the OS: kept because the log counts what is out as
-        acknowledged (a failed sync of log_only/background), or past the
-        acknowledged end and could not be blanked, or could not be taken back
-        from memory (`undo_failed`). After a crash it may or may not be there."""
-        if self._failure is None or end_lsn < 0:
-            return False
-        # the failing thread may still be fencing and blanking (it holds no
-        # lock a caller of this holds); its outcome decides
-        self._settled.wait(60)
-        return end_lsn <= self._acked_end or self.undo_failed or (
-            self.blank_failed and self._acked_end < end_lsn <= self._handed_end)
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The write or sync error after which this log refuses to publish or
-        sync (None while healthy). Records past the last acknowledged one
-        are blanked by `close()`, so reopening replays only acknowledged ones."""
-        return self._failure
-
     def _publish_upto(self, target: int) -> None:
         first_failure = False
         try:
@@ -392,6 +332,10 @@ class Wal(Committing):
                 return
 
     # -- trimming, stats, teardown ---------------------------------------------------
+    def missing(self) -> str | None:
+        """A needed segment file removed under the running store, or None."""
+        return self._segs.missing()
+
     def trim(self, lsn: int) -> None:
         """Records before `lsn` are no longer needed (a durable checkpoint's pointer)."""
         if self._pwrite and self._started and not self._closed:
@@ -432,32 +376,6 @@ class Wal(Committing):
             "wal_pwrite_bytes": self._segs.pwrite_bytes + g.get("io_pwrite_bytes", 0),
             "wal_rounds_in_c": g.get("io_rounds", 0),
         }
-
-    def _blank_unacknowledged(self) -> None:
-        """After a failure (at once, and again on close): zero [acked end,
-        written end) in the segments and hand the zeros to the file, so a
-        reopen ends the log at the last acknowledged record. Best effort: the
-        disk may refuse this too (`blank_failed`), and then what it already
-        had of those records may come back."""
-        lo, hi, S = self._acked_end, self._end_lsn(), self.segment_size
-        for seq in range(lo // S, (max(hi, 1) - 1) // S + 1):
-            try:
-                buf = self._segs.buffer(seq)
-            except KeyError:
-                continue
-            a, b = max(lo - seq * S, 0), min(hi - seq * S, S)
-            if b <= a:
-                continue
-            if b < S and b > BLOCK:
-                b = min(end_after(b), S)     # the END after the last record: it would prove them
-            buf[a:b] = bytes(b - a)
-            try:
-                self._segs.publish(seq, a, b, record_end=False)
-                self._segs.sync(seq)
-            except Exception:  # noqa: BLE001 - the failure that started this is what is reported
-                self.blank_failed = True
-                return
-        self.blank_failed = False
 
     def abandon(self) -> None:
         """Stop background threads without flushing (tests: the process dies here)."""

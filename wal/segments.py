@@ -43,6 +43,8 @@ Invariants:
       file. A segment of the retired block-sealed encoding is refused when
       the replay needs it (wal/reader.py); a free slot holding one is zeroed
       before reuse like any slot of another kind.
+  (6) `acquire` names the segment (seq, slot) in wal/NEWEST (wal/newest.py)
+      before it returns the buffer: a reopen notices the file removed.
 
 Every file operation goes through the `diskio` file system given.
 """
@@ -53,10 +55,11 @@ import posixpath
 import threading
 
 from pagestore.diskio import PosixFS
-from pagestore.diskio.layout import parse_slot, slot_name
+from pagestore.diskio.layout import TMP_SUFFIX, parse_slot, slot_name
 
 from .format import BLOCK, end_after, end_image
 from .growth import Growth
+from .newest import Newest, write_newest
 from .recseal import RecordSealer
 from .slot import LiveSegment, SegmentSizeMismatch, Slot, read_slot
 from .spare import SparePreparer
@@ -125,6 +128,9 @@ class Segments(SparePreparer, Growth):
         # segment in this process (`_whole`), and grown ahead by `_grow_loop`.
         self._progress = progress
         self._whole = progress is None
+        # What wal/NEWEST names (set by recovery from the file, then by acquire):
+        # a segment is named there before the writer gets its buffer.
+        self.newest: Newest | None = None
         self._grower = None        # the grower thread, started by the first acquire
         self._growing = False      # the grower is allocating (close waits for it)
         self.grow_error: BaseException | None = None   # its last failure (a hint failed)
@@ -145,6 +151,19 @@ class Segments(SparePreparer, Growth):
         self.free = set(self.slots)
         self.held = {}
         return sorted(self.slots.values(), key=lambda s: s.number)
+
+    def remove_unfinished(self) -> list[str]:
+        """Remove the `seg-N.wal.tmp` files a writer killed while making a
+        segment left behind (each up to a segment's size); returns their paths.
+        A `.tmp` is never read: a segment exists only once renamed.
+        REQUIRES: the store is open for writing and its lock is held."""
+        gone = []
+        for name in self.fs.listdir(self.dir):
+            if name.endswith(TMP_SUFFIX) and parse_slot(name[:-len(TMP_SUFFIX)]) is not None:
+                path = posixpath.join(self.dir, name)
+                self.fs.remove(path)
+                gone.append(path)
+        return gone
 
     def expected_size(self, slot: Slot) -> int:
         """The size the slot file should have."""
@@ -234,7 +253,11 @@ class Segments(SparePreparer, Growth):
 
     # -- writer segments -------------------------------------------------------
     def acquire(self, seq: int):
-        """Map a prepared slot as segment `seq` for the writer; returns its buffer."""
+        """Map a prepared slot as segment `seq` for the writer; returns its buffer.
+
+        The slot is named in wal/NEWEST (wal/newest.py) before the buffer is
+        returned, so no record in it is acknowledged before a removal of its
+        file can be noticed at reopen."""
         with self._lock:
             live = self.live.get(seq)
             if live is not None:
@@ -244,6 +267,21 @@ class Segments(SparePreparer, Growth):
             if self.live and seq <= max(self.live):
                 raise ValueError(f"segment {seq} requested after segment {max(self.live)}")
         spare = self._take_spare()
+        named = Newest(seq, spare.slot.number)
+        if self.newest is None or (seq >= self.newest.seq and named != self.newest):
+            try:
+                write_newest(self.fs, self.dir, named)
+            except BaseException:
+                with self._cond:           # the spare stays the spare: the next acquire retries
+                    if self._spare is None:
+                        self._spare = spare
+                        spare = None
+                if spare is not None:
+                    self._close_live(spare)
+                    with self._lock:
+                        self.free.add(spare.slot.number)
+                raise
+            self.newest = named
         grower = None
         with self._cond:
             if self.live and not self._whole:
@@ -362,6 +400,14 @@ class Segments(SparePreparer, Growth):
                 last = live.doomed and live.busy == 0
             if last:
                 self._close_live(live)
+
+    def missing(self) -> str | None:
+        """The path of a needed segment (mapped or held) that is no longer in
+        the WAL directory -- removed under the running store -- or None."""
+        with self._lock:
+            paths = [live.slot.path for live in self.live.values()]
+            paths += [self.slots[n].path for n in self.held if n in self.slots]
+        return next((p for p in paths if not self.fs.exists(p)), None)
 
     def trim(self, before_seq: int) -> list[int]:
         """Segments with seq < before_seq are no longer needed: their slots become reusable.

@@ -8,7 +8,7 @@ follow the C files they bind:
     core.py       Core: page memory, B+tree, WAL encoder, checkpoint hooks (core.c, btree.c, ...)
     callbacks.py  the two Python callbacks the core calls under its tree lock
     batches.py    the packed-operations format of Core.apply_batch
-    wal.py        replay's bulk scanner of WAL segments (walenc.c)
+    wal.py        replay's bulk scanner of WAL segments (walscan.c)
     framing.py    recovery-file records in bulk (recframe.c)
     sealing.py    AES-256-GCM of pages and recovery-file records (pageseal.c)
     paging.py     page CRC stamps, the meta page, in-place page writes (crc32c.c, pagemem.c)

@@ -50,8 +50,8 @@ class CheckpointHooks:
     def ckpt_copy_frame(self, page_ids, codec: int, out) -> tuple[int, int]:
         """`ckpt_copy` then `frame_recovery_records` (framing.py), one page at a time without the
         intermediate images buffer; returns (bytes framed into out, gap fallbacks)."""
-        if codec not in CAPABILITIES.framed_codecs:
-            raise ValueError(f"codec {codec} is not framed in C")
+        if codec & 0xFF not in CAPABILITIES.framed_codecs:     # bits 8-23: lz4's acceleration
+            raise ValueError(f"codec {codec & 0xFF} is not framed in C")
         ids, n = u64_array(page_ids)
         fallbacks = ffi.new("uint64_t *")
         per = self.page_size + RECORD_HEADER_SIZE

@@ -24,12 +24,15 @@ def _frame(page_ids, images, page_size: int, codec: int, out) -> tuple[int, int]
     """Recovery-file records of `page_ids` (images back to back) into `out`, no cipher.
 
     `codec`: one of `CAPABILITIES.framed_codecs` (0 disabled, 1 skip_garbage,
-    and 4 lz4 in its fast mode when the system's liblz4.so.1 loads). Returns
+    and 4 lz4 in its fast mode when the system's liblz4.so.1 loads), for lz4
+    with LZ4's acceleration in bits 8-23 (`PageCodec.frame_code`). Returns
     (bytes written, gap fallbacks). Byte-identical to the Python framing of
-    checkpoint/recovery_file.py; runs without the GIL.
+    checkpoint/recovery_file.py at acceleration 1 (above it, lz4's blocks are
+    liblz4's at that acceleration, which cramjam cannot make); runs without
+    the GIL.
     """
-    if codec not in CAPABILITIES.framed_codecs:
-        raise ValueError(f"codec {codec} is not framed in C")
+    if codec & 0xFF not in CAPABILITIES.framed_codecs:
+        raise ValueError(f"codec {codec & 0xFF} is not framed in C")
     ids, n = u64_array(page_ids)
     fallbacks = ffi.new("uint64_t *")
     with ids, ffi.from_buffer(images) as src, \
@@ -39,7 +42,8 @@ def _frame(page_ids, images, page_size: int, codec: int, out) -> tuple[int, int]
         got = lib.ps_recframe(src, ids, n, page_size, int(codec), dst, len(dst), fallbacks)
     if got < 0:
         raise ValueError(f"out holds {len(out)} bytes, {n} records may need "
-                         f"{n * (page_size + RECORD_HEADER_SIZE)}")
+                         f"{n * (page_size + RECORD_HEADER_SIZE)}, or codec argument {codec:#x} is not one"
+                         " the C framing takes")
     return got, fallbacks[0]
 
 
@@ -53,7 +57,7 @@ class RecordFramer:
         self.codecs = codecs
 
     def __call__(self, page_ids, images, page_size: int, codec: int, out) -> tuple[int, int]:
-        if codec not in self.codecs:
+        if codec & 0xFF not in self.codecs:
             raise ValueError(f"codec {codec} is not framed in C here (framed: {self.codecs})")
         return _frame(page_ids, images, page_size, codec, out)
 

@@ -1,4 +1,4 @@
-"""Replay's bulk scanner of WAL segments (ps_wal_scan, walenc.c).
+"""Replay's bulk scanner of WAL segments (ps_wal_scan, walscan.c).
 
 `wal_scan` is handed to the WAL reader (wal/reader.py's `scan`) as an
 explicit object: a `WalScanner`, callable as the reader calls a scanner,
@@ -21,7 +21,7 @@ def _scan(buf, base_lsn: int, offset: int, segment_size: int, cap: int = WAL_SCA
           key=None, salt=None):
     """The valid prefix of simple records of one WAL segment: PUT/DELETE with
     txid 0, and whole transactions written in one piece (their operations up to
-    and including the COMMIT whose nops matches; see ps_wal_scan in walenc.c).
+    and including the COMMIT whose nops matches; see ps_wal_scan in walscan.c).
 
     `buf` is the segment (segment_size bytes), `base_lsn` the LSN of its byte 0,
     `offset` where the reader would read next. Returns (count, raw, end_offset):

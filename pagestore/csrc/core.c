@@ -156,7 +156,7 @@ void ps_close(ps_core *c) {
     free(c->undo); free(c->undo_img); free(c->pins);
     mv_free(c);
     seal_ctx_free(c->seal_ctx); free(c->seal_buf);
-    page_keys_free(c->page_keys);
+    page_keys_free(c->page_keys); page_map_drop(c);
     c->page_keys = NULL;
     for (uint64_t d = 0; d < c->pt_ndir; d++) free(c->pt_dir[d]);
     free(c->pt_dir);
@@ -184,7 +184,7 @@ uint32_t ps_max_inline(ps_core *c) { return c->leaf_inline_max - LEAF_CELL_HDR; 
 
 void ps_set_page_fd(ps_core *c, int fd) {
     core_wrlock(c);
-    c->page_fd = fd;
+    page_fd_set(c, fd);
     pthread_rwlock_unlock(&c->lock);
 }
 
@@ -602,7 +602,7 @@ int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, uint64_t **ids_out, uint64
      * that has no PAGE_SNAPSHOT since the previous ckpt_begin (page 0 after
      * the meta update, pages built before the WAL was attached or changed by
      * replay), so that the records between the previous CHECKPOINT record
-     * and this one rebuild every page of the checkpoint (walenc.c) */
+     * and this one rebuild every page of the checkpoint (physrec.c) */
     if (c->physical && c->wal_on) {
         for (uint32_t s = 0; s < c->fresh; s++) {
             slot_t *sl = &c->slots[s];

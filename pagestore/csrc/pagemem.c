@@ -339,7 +339,7 @@ void op_rollback(ps_core *c) {
             /* page records of the undone change are in the WAL already: the
              * page must be logged whole again and be part of the next
              * checkpoint, whose ckpt_begin logs its image if nothing else
-             * does (walenc.c) */
+             * does (physrec.c) */
             sl->snap = 0;
             if (!sl->dirty) {
                 sl->dirty = 1;

@@ -290,7 +290,7 @@ int ps_format_new(ps_core *c);
  * RETURNS PS_OK, PS_E_CORRUPT (bad meta page), PS_E_IO (callback raised). */
 int ps_open_existing(ps_core *c, uint64_t page_count);
 
-/* ---- WAL encoder (walenc.c, walseal.c) ----------------------------------------- */
+/* ---- WAL encoder (walenc.c, walseg.c, physrec.c, walseal.c) -------------------- */
 
 /* LOCK write.  Records are appended into base (segment seq, seg_size bytes,
  * a multiple of PS_WAL_BLOCK) from offset on; write_header 1 writes the
@@ -441,7 +441,7 @@ int64_t ps_preload(ps_core *c, uint64_t first_id, const uint8_t *pages, size_t n
  * skipped, a repeated id replaces its image.  RETURNS how many were kept. */
 int64_t ps_stash_pages(ps_core *c, const uint64_t *ids, const uint8_t *pages, size_t n);
 
-/* ---- WAL replay (walenc.c) -------------------------------------------------------- */
+/* ---- WAL replay (walscan.c) ------------------------------------------------------- */
 
 /* LOCK none, no core.  Replay's fast path over one segment buffer seg (the
  * caller's, seg_size bytes, byte 0 at base_lsn) from offset off: copies the
@@ -538,9 +538,10 @@ int64_t ps_open_pages(const uint8_t *keytab, const uint8_t *ad_prefix, size_t pr
  * PS_CODEC_LZ4 (fast mode) is framed and parsed in C. */
 int ps_lz4_available(void);
 /* LOCK none, no core.  Frames n page images (images, ids: the caller's) as
- * records of codec PS_CODEC_DISABLED, _SKIP_GARBAGE or _LZ4 (if available)
- * into out (cap >= n * (page_size + PS_RECORD_HEADER_SIZE)); *gap_fallbacks
- * += pages stored whole.  RETURNS the bytes written, PS_E_ARG. */
+ * records of codec PS_CODEC_DISABLED, _SKIP_GARBAGE or _LZ4 (if available;
+ * bits 8-23 of codec: LZ4's acceleration, 0 or 1 the default) into out
+ * (cap >= n * (page_size + PS_RECORD_HEADER_SIZE)); *gap_fallbacks += pages
+ * stored whole.  RETURNS the bytes written, PS_E_ARG. */
 int64_t ps_recframe(const uint8_t *images, const uint64_t *ids, size_t n, uint32_t page_size,
                     int codec, uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
 /* LOCK none, no core.  The skip_garbage form of n pages into out at a stride

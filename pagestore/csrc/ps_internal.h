@@ -34,7 +34,7 @@
 #endif
 
 #define COW_NONE UINT32_MAX
-#define PS_PAGE_RESET UINT64_MAX /* page id of the reset record of the physical mode (walenc.c) */
+#define PS_PAGE_RESET UINT64_MAX /* page id of the reset record of the physical mode (physrec.c) */
 #define PS_RETRY (-100) /* internal: a reader met a page miss; redo under the write lock */
 
 /* common header offsets */
@@ -141,6 +141,11 @@ struct ps_core {
     int phys_logged;       /* the running guarded op has logged page records */
     void *handle;
     int page_fd;           /* >= 0: page misses pread here, no Python callback (ps_set_page_fd) */
+    /* the page file mapped read-only for misses (pageio.c): the map, its
+     * length, the file's length as last measured, and the fd it maps */
+    const uint8_t *page_map;
+    size_t page_map_len, page_map_file;
+    int page_map_fd;
 
     /* page memory */
     uint8_t *mem;
@@ -323,6 +328,8 @@ int64_t slot_alloc(ps_core *c);
 void slot_claim(ps_core *c, uint32_t s, uint64_t id);
 /* pageio.c */
 int64_t page_load(ps_core *c, uint64_t id);
+void page_fd_set(ps_core *c, int fd);   /* ps_set_page_fd's work: a new fd, the old map dropped */
+void page_map_drop(ps_core *c);
 /* Scan readahead (pageio.c): the leaves a scan loads at once when it crosses
  * into one not in memory, at most (docs/page-memory.md) */
 #define PS_SCAN_READAHEAD 16
@@ -354,9 +361,19 @@ typedef struct wpart { const void *p; size_t n; } wpart;
 int wal_fits(const ps_core *c, uint64_t len);
 int wal_append(ps_core *c, uint8_t type, const wpart *parts, int nparts,
                uint64_t *start_lsn, uint64_t *end_lsn);
+/* physrec.c */
 int wal_physical(ps_core *c);
 void wal_physical_unlogged(ps_core *c);
 int wal_page_snapshot(ps_core *c, uint64_t page_id, const uint8_t *img);
+/* walseg.c: the segment header (salt: the new segment's, sealing on) */
+int write_seg_header(ps_core *c, uint8_t *base, uint64_t seq, uint64_t prev_end,
+                     const uint8_t *salt);
+/* The WAL's record layout facts shared by walenc.c, walseg.c and walscan.c. */
+#define PS_WAL_TAG 16   /* a sealed record's AES-GCM tag, counted in its len */
+/* Records are laid out sealed: by the encoder (seal_ctx), or, with tags
+ * reserved (ps_wal_reserve_tags: a key id and no context), by the caller,
+ * who seals each record in place before its bytes leave the process. */
+#define PS_WAL_SEALING(c) ((c)->seal_ctx != NULL || (c)->seal_key_id != 0)
 
 /* walseal.c: AES-256-GCM through the run-time loaded libcrypto.  seal_gcm
  * encrypts the parts back to back into out and yields the tag; -1 on a

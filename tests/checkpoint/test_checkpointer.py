@@ -357,3 +357,24 @@ def test_the_throttle_sees_the_checkpoint_running_before_its_pages_are_sorted(st
     cp.checkpoint()
     assert seen and seen[0]["running"] and seen[0]["checkpoint_pages"] == len(range(0, N, 3))
     assert seen[0]["pages_written"] == 0 and seen[0]["recovery_pages_written"] == 0
+
+
+def test_a_defect_in_the_failure_handling_breaks_the_checkpointer_and_wakes_its_waiters(store, monkeypatch):
+    # the loop's own failure handling raising (an unknown phase, say) must
+    # not end the thread with the caller asleep in checkpoint() for ever
+    from pagestore.checkpoint import pool
+    fs, src, sink, wal, rng, start = store
+    dirty(src, rng, [1, 2, 3], 1)
+    cp = start()
+    real = pool.Progress.set_phase
+
+    def set_phase(self, phase):
+        if phase == "idle":
+            raise ValueError("defect in the failure handling")
+        real(self, phase)
+    monkeypatch.setattr(pool.Progress, "set_phase", set_phase)
+    monkeypatch.setattr(sink, "missing", lambda: "/db/pages.dat")      # the try fails first
+    for _ in range(2):                               # and it stays broken: no silent hang
+        with pytest.raises(Exception) as info:
+            cp.checkpoint(timeout=30)
+        assert not isinstance(info.value, TimeoutError), info.value

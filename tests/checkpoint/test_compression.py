@@ -159,3 +159,31 @@ def test_recovery_writer_round_trips_every_page_kind(tmp_path, name):
     assert got == list(zip(ids, pages))
     # the dirty-gap page and the pages without a plausible gap are counted
     assert w.gap_fallbacks == (0 if name == "disabled" else 3)
+
+
+def test_lz4_levels_below_zero_are_its_fast_mode_at_acceleration_one_minus_level():
+    for level, accel, code in ((-1, 2, 4 | 2 << 8), (-7, 8, 4 | 8 << 8), (0, 1, 4)):
+        codec = PageCodec("lz4", level, PS)
+        assert (codec.acceleration, codec.frame_code) == (accel, code)
+    assert PageCodec("lz4", 9, PS).acceleration is None             # level 1-17: high compression
+    assert PageCodec("skip_garbage", page_size=PS).frame_code == SKIP_GARBAGE
+    with pytest.raises(ValueError):
+        PageCodec("lz4", -65535, PS)        # the acceleration must fit the C framing's 16 bits
+
+
+@pytest.mark.parametrize("level", [-1, -4])
+def test_an_lz4_level_below_zero_in_python_writes_the_fast_mode_block(level):
+    # cramjam's block compressor has no acceleration: without the C framing a
+    # level below zero writes what level 0 writes (never high compression)
+    rng = random.Random(level)
+    page = make_page(3, PS, rng)
+    lo, hi = struct.unpack_from("<HH", page, 24)
+    run = rng.randbytes(40)
+    page[hi:hi + 400] = run * 10
+    codec = PageCodec("lz4", level, PS)
+    encoded = codec.encode(page)
+    assert encoded == PageCodec("lz4", 0, PS).encode(page) and encoded[0] == CODECS["lz4"]
+    assert PageCodec.decode(*encoded, PS) == page
+    out, scratch = bytearray(PS), (bytearray(PS), bytearray(codec.bound(PS)))
+    cid, flags, n = codec.encode_into(page, out, 0, scratch)
+    assert (cid, flags, bytes(out[:n])) == encoded

@@ -3,10 +3,14 @@ flushes the log only up to that record. A store stopped after END may hold a
 log that ends at the pointer: recovery replays nothing from there, and
 `verify` agrees (no false fault), noting where the log ends."""
 
+import os
 import subprocess
 import sys
 
+import pytest
+
 import pagestore
+from pagestore.tools import wal_slots
 from pagestore.verify import verify
 
 CHILD = r"""
@@ -41,29 +45,50 @@ AFTER = r"""
 import os, sys
 import pagestore
 db = pagestore.open(sys.argv[1], memory_size=4 << 20, wal_segment_size=1 << 20,
-                    checkpoint_interval=3600, wal_mode="fsync")
-for i in range(200):
-    db.put(b"k%04d" % i, b"v" * 100)
+                    checkpoint_interval=3600, wal_mode=sys.argv[2])
+for i in range(1300):
+    db.put(b"k%04d" % i, b"v" * 900)          # the pointer lands in the second segment
 db.checkpoint()
-for i in range(200, 300):
-    db.put(b"k%04d" % i, b"v" * 100)
+for i in range(1300, 1400):
+    db.put(b"k%04d" % i, b"w" * 900)          # after the pointer
+db.sync()
 print("acknowledged", flush=True)
 os._exit(9)
 """
+S = 1 << 20
 
 
-def test_a_missing_record_at_the_pointer_with_acknowledged_records_after_it_is_a_fault(tmp_path):
-    # the exemption above is for a log that ends at the pointer; zeroing the
-    # block of the CHECKPOINT record, with acknowledged puts after it, is damage
+def _damage(store, how):
+    pointer = [c for c in verify(store)["checks"] if c["check"] == "wal"][0]["from_lsn"]
+    slots, _, _ = wal_slots(store)
+    for s in slots:
+        if s.seq is None or s.seq < pointer // S:
+            continue
+        if how == "zero from the pointer" and s.seq == pointer // S:
+            with open(s.path, "r+b") as f:
+                f.seek(pointer % S)
+                f.write(bytes(S - pointer % S))
+        elif how == "zero the pointer's block":
+            if s.seq == pointer // S:
+                with open(s.path, "r+b") as f:
+                    f.seek(pointer % S // 4096 * 4096)
+                    f.write(bytes(4096))
+        elif how == "remove the pointer's segment and later ones":
+            os.remove(s.path)
+
+
+@pytest.mark.parametrize("mode", ["fsync", "log_only"])
+@pytest.mark.parametrize("how", ["zero from the pointer", "zero the pointer's block",
+                                 "remove the pointer's segment and later ones"])
+def test_a_log_missing_acknowledged_records_after_the_pointer_is_a_fault(tmp_path, how, mode):
+    # the note above is for a log whose writer ended it at the pointer (a
+    # whole END there); zeroed or removed log after the pointer ends the scan
+    # there too, with acknowledged records lost: a fault
     store = str(tmp_path / "s")
-    p = subprocess.run([sys.executable, "-c", AFTER, store], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", AFTER, store, mode], capture_output=True, text=True, timeout=120)
     assert "acknowledged" in p.stdout, p.stderr[-2000:]
     wal = [c for c in verify(store)["checks"] if c["check"] == "wal"][0]
-    assert wal["records"] > 100 and wal["clean"], wal
-    at = wal["from_lsn"] % (1 << 20) // 4096 * 4096
-    seg = wal["stop_file"]
-    with open(seg, "r+b") as f:
-        f.seek(at)
-        f.write(bytes(4096))
+    assert wal["records"] >= 100 and wal["clean"], wal
+    _damage(store, how)
     report = verify(store)
     assert [f for f in report["faults"] if f["check"] == "wal"], report

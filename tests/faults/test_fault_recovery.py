@@ -10,8 +10,10 @@ import os
 import pytest
 
 import pagestore
-from pagestore.diskio import SimFS
+from pagestore.diskio import PosixFS, SimFS
+from pagestore.diskio.posix import PosixFile
 from pagestore.diskio.errors import DiskIOError as LayerDiskIOError
+from pagestore.tools import wal_slots
 from pagestore.wal.segments import Segments
 
 OPTS = dict(memory_size=1 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600,
@@ -56,8 +58,9 @@ def test_a_segment_that_could_not_be_made_leaves_no_file_and_no_gap_in_the_numbe
     sim.clear_fault()
     segs.acquire(0)
     segs.close()                  # waits for the spare prepared after it
-    assert sorted(sim.listdir("/w"))[0] == "seg-00000000.wal"
-    assert set(sim.listdir("/w")) <= {"seg-00000000.wal", "seg-00000001.wal"}
+    slots = sorted(n for n in sim.listdir("/w") if n != "NEWEST")     # NEWEST: wal/newest.py
+    assert slots[0] == "seg-00000000.wal"
+    assert set(slots) <= {"seg-00000000.wal", "seg-00000001.wal"}
 
 
 def _held(path: str) -> tuple:
@@ -117,3 +120,59 @@ def test_a_failed_in_place_page_write_is_a_typed_error_naming_the_page_file(tmp_
     db.close()
     with pagestore.open(path, wal_mode="fsync") as db:
         assert len(db) == 500 and db[b"k0499"] == b"v" * 300
+
+
+class _FullForRecoveryFiles(PosixFS):
+    """A file system with no room for a recovery file's first bytes, once full."""
+
+    full = False
+
+    def open(self, path, **kw):
+        f = super().open(path, **kw)
+        if "RECOVERY" in path and self.full:
+            def pwrite(data, offset, _f=f):
+                if offset == 0:
+                    raise LayerDiskIOError(errno.ENOSPC, "No space left on device", path)
+                return PosixFile.pwrite(_f, data, offset)
+            f.pwrite = pwrite
+        return f
+
+
+def test_a_checkpoint_failing_for_space_at_a_recovery_files_header_leaves_no_descriptor(tmp_path):
+    path = str(tmp_path / "s")
+    fs = _FullForRecoveryFiles()
+    db = pagestore.open(path, fs=fs, wal_mode="fsync", memory_size=4 << 20, checkpoint_interval=3600)
+    for i in range(500):
+        db.put(b"k%04d" % i, b"v" * 300)
+    fs.full = True
+    with pytest.raises(pagestore.DiskFullError):
+        db.checkpoint()
+    fs.full = False                   # space freed: close's checkpoint succeeds
+    db.close()
+    assert _held(path) == (0, 0)
+
+
+@pytest.mark.parametrize("mode", ["fsync", "log_only"])
+@pytest.mark.parametrize("what", ["pages.dat", "the segment being written"])
+def test_the_next_checkpoint_after_a_file_was_removed_under_the_store_fails_naming_it(tmp_path, what, mode):
+    # the descriptor still takes writes, into a file no reopen would find:
+    # the checkpoint must not make that look durable, and writes stop
+    path = str(tmp_path / "s")
+    db = pagestore.open(path, wal_mode=mode, memory_size=4 << 20, wal_segment_size=1 << 20,
+                        checkpoint_interval=3600)
+    for i in range(500):
+        db.put(b"k%04d" % i, b"v" * 300)
+    if what == "pages.dat":
+        gone = os.path.join(path, "pages.dat")
+    else:
+        seq = db.stats()["wal_end_lsn"] // (1 << 20)
+        gone = next(s.path for s in wal_slots(path)[0] if s.seq == seq)
+    os.remove(gone)
+    with pytest.raises(pagestore.DiskIOError) as info:
+        db.checkpoint()
+    assert info.value.path == gone and "removed" in str(info.value)
+    with pytest.raises(pagestore.DiskIOError):
+        db.put(b"after", b"the removal")
+    assert db.get(b"k0499") == b"v" * 300          # reads go on from memory
+    db.close()
+    assert _held(path) == (0, 0)

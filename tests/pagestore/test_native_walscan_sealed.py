@@ -1,5 +1,5 @@
 """The C WAL scanner over record-sealed segments (`_native.wal_scan(..., key=, salt=)`,
-ps_wal_scan with a key, in walenc.c).
+ps_wal_scan with a key, in walscan.c).
 
 The authority is the Python reader: `wal.reader.read_record` with the opener of
 `wal.recseal.record_opener`. From any offset the scanner must take exactly the

@@ -204,6 +204,9 @@ class FileSink:
         self.on_write = None             # hook(page_ids) before writing, for tests
         self.syncs = 0
 
+    def missing(self) -> str | None:
+        return None if self.fs.exists(self.path) else self.path
+
     def write_pages(self, page_ids, images) -> None:
         if self.on_write is not None:
             self.on_write(page_ids)
@@ -234,6 +237,9 @@ class FakeWal:
 
     def trim(self, lsn: int) -> None:
         self.trimmed.append(lsn)
+
+    def missing(self) -> str | None:
+        return None
 
 
 class RecordingFS:

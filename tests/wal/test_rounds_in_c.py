@@ -1,4 +1,4 @@
-"""Group-commit rounds written and synced in C (csrc/gcommit.c, PS_GC_IO).
+"""Group-commit rounds written and synced in C (csrc/gcround.c, PS_GC_IO).
 
 In fsync mode on posix files the elected leader pwrites and fdatasyncs its
 round in C; a round C cannot do alone (two segments, zeros being written

@@ -63,3 +63,28 @@ def test_kill9_inside_segment_creation_leaves_no_segment_or_a_whole_one(tmp_path
     verify = subprocess.run([sys.executable, "-m", "pagestore", "verify", path],
                             capture_output=True, text=True, timeout=300)
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+
+
+FSYNC_CHILD = textwrap.dedent(r"""
+    import sys, pagestore
+    from pagestore.diskio import PosixFS
+    fs = PosixFS()
+    db = pagestore.open(sys.argv[1], fs=fs, wal_mode="fsync", wal_segment_size=1 << 20,
+                        memory_size=16 << 20, checkpoint_interval=3600)
+    fs.arm("wal.segment_preallocated", hit=2)
+    for b in range(40):
+        db.put_many({b"b%02d-%04d" % (b, j): b"x" * 3000 for j in range(1000)})
+""")
+
+
+def test_a_reopen_removes_the_unfinished_segment_a_killed_writer_left(tmp_path):
+    # the killed writer's .tmp (a whole segment's size) has a slot number
+    # beyond any segment the reopened store makes: only the open removes it
+    path = str(tmp_path / "s")
+    run = subprocess.run([sys.executable, "-c", FSYNC_CHILD, path], capture_output=True, text=True, timeout=300)
+    assert run.returncode == -9, run.stderr[-1500:]
+    wal = os.path.join(path, "wal")
+    assert [n for n in os.listdir(wal) if n.endswith(".tmp")], os.listdir(wal)
+    with pagestore.open(path, wal_mode="fsync", wal_segment_size=SEGMENT, memory_size=16 << 20) as db:
+        db.put(b"after", b"the kill")
+    assert not [n for n in os.listdir(wal) if n.endswith(".tmp")], os.listdir(wal)

@@ -41,7 +41,7 @@ def write(fs, n=120, cipher=C, **kw):
 
 
 def files(fs, d=D):
-    return {f"{d}/{n}": read_file(fs, f"{d}/{n}") for n in sorted(fs.listdir(d))}
+    return {f"{d}/{n}": read_file(fs, f"{d}/{n}") for n in sorted(fs.listdir(d)) if n != "NEWEST"}
 
 
 def by_seq(fs):

@@ -1,0 +1,88 @@
+/* The state of one group-commit group (struct ps_gcommit), private to the
+ * group's files: gcommit.c (the group and its wait), gcround.c (rounds
+ * written and synced in C) and gcsyncer.c (the asyncio syncer).
+ * ps_gcommit.h has the protocol and the entry points' contracts.
+ *
+ * One mutex and two condition variables per group: `cv` for committers
+ * waiting for a round, `linger_cv` for a leader waiting for the last round's
+ * threads to come back.  Each waiter links a node on its own stack into the
+ * group's list so the leader that covers it can count it (the linger needs
+ * the count); nodes live only while their thread is inside ps_gc_wait.
+ *
+ * Rounds in C (PS_GC_IO, ps_gcommit.h): the leader pwrites and fdatasyncs
+ * the registered segment and reports the round, without the GIL; the
+ * publish lock `pub_mu` serialises its pwrite with the WAL's own publishes. */
+#ifndef PS_GCSTATE_H
+#define PS_GCSTATE_H
+
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ps_internal.h"
+#include "ps_gcommit.h"
+
+typedef struct gc_node {
+    struct gc_node *prev, *next;
+    uint64_t lsn;
+    int counted;          /* a round's leader counted it among its siblings */
+} gc_node;
+
+typedef struct gc_slot {
+    uint64_t seq;
+    int fd;
+    int valid;
+    uint8_t *buf;
+    uint64_t busy;        /* C rounds using this registration now */
+} gc_slot;
+
+#define BLOCK 4096u
+
+struct ps_gcommit {
+    pthread_mutex_t mu;
+    pthread_mutex_t pub_mu;
+    pthread_cond_t io_cv;      /* ps_gc_io_forget / io_segment wait for busy == 0 */
+    pthread_cond_t kick_cv;    /* the aio syncer sleeps here */
+    uint64_t published;        /* under pub_mu */
+    int io_on, io_direct, syncer_idle, syncer_stop, syncer_linger;
+    uint64_t seg_size;
+    gc_slot slot[2];
+    uint64_t zero_seq[2];      /* ps_gc_io_zeroing: the grower zeroes segment zero_seq[i] */
+    int zeroing[2];
+    ps_gc_io_failure fail;
+    ps_gc_io_stats io;
+    pthread_cond_t cv;
+    pthread_cond_t linger_cv;
+    const volatile uint64_t *end;
+    uint64_t durable, sync_target;
+    int syncing, max_syncs, lingering;
+    uint64_t in_flight;   /* threads the last round released, not yet back */
+    uint64_t max_linger_ns;
+    gc_node head;         /* sentinel of the waiters' list */
+    ps_gc_stats st;
+};
+
+static inline uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline struct timespec at_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    return ts;
+}
+
+/* gcommit.c: a round ended (ps_gc_done's work): durable advanced when ok,
+ * the waiters it covered counted and woken.
+ * REQUIRES: g->mu held; t granted to this caller. */
+void gc_finish(ps_gcommit *g, ps_gc_ticket *t, int ok, uint64_t took);
+
+/* gcround.c: the elected leader's round, in C.
+ * REQUIRES: g->mu held on entry (released during the I/O, held again on
+ * return); t granted by ps_gc_wait's election; g->io_on.
+ * RETURNS 1 (durable), -1 (failed: kept in g->fail, C rounds off), 0 (not
+ * for C: the caller hands it to Python, still granted). */
+int gc_round_in_c(ps_gcommit *g, ps_gc_ticket *t);
+
+#endif
