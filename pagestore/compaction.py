@@ -149,6 +149,7 @@ def _rewrite(db) -> dict:
         with Database(path, db.config, fs) as reader:
             changed = _catch_up(reader, target)
         target.close()
+        _adopt(fs, path, tmp, db.config.page_size, getattr(db._engine, "cipher", None))
         fs.crash_point("compact.copy_durable")
         fs.rename(posixpath.join(tmp, layout.PAGE_FILE), posixpath.join(path, layout.PAGE_FILE))
         fs.crash_point("compact.page_file_renamed")
@@ -174,6 +175,34 @@ def _rewrite(db) -> dict:
             "free_pages_before": before["free_pages"], "free_pages_after": after["free_pages"],
             "changed_while_copying": changed, "wal_bytes_released": wal_freed, "paused_seconds": paused,
             "seconds": time.perf_counter() - t0}
+
+
+def _adopt(fs, path: str, tmp: str, page_size: int, cipher) -> None:
+    """Stamp the copy's meta page with the store's last complete checkpoint id.
+
+    The copy numbered its own checkpoints; page 0 names the one that last
+    wrote it, and an open refuses a page file written by a checkpoint its
+    cp/ has no marker of (MarkersLost). Once renamed over pages.dat the copy
+    is the store's, as of that checkpoint: page 0 must say so, or a copy
+    that checkpointed more often than the store leaves a store no open
+    accepts. Runs before the rename, so a crash leaves the old page file."""
+    from pagestore.checkpoint.markers import cp_dir, scan
+    from pagestore.checkpoint.page_header import stamp_checkpoint_id
+    from . import _native
+    from .pagefile import PageFile
+    last = scan(fs, cp_dir(path)).last_complete
+    if last is None:
+        return
+    pages = PageFile(fs, tmp, page_size, cipher)
+    try:
+        buf = bytearray(page_size)
+        pages.read_page(0, buf)
+        stamp_checkpoint_id(buf, last)
+        _native.seal_page(buf, 0, page_size)
+        pages.write_pages([0], buf)
+        pages.sync()
+    finally:
+        pages.close()
 
 
 def _release_spare_segments(fs, path: str) -> int:

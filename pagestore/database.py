@@ -230,7 +230,13 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """The value under `key`, or `default`."""
         if self._state is not _OPEN:
             self._check_open()
-        v = self._fast_get(key, default)
+        try:
+            v = self._fast_get(key, default)
+        except ClosedError as e:
+            # a compact() swapping the core under this read: run it again on the new one
+            if self._swapped(e):
+                return self.get(key, default)
+            raise
         if v is not _SLOW:
             return v
         if type(key) is not bytes:
@@ -298,7 +304,10 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
 
     # -- dict surface ----------------------------------------------------------
     def __getitem__(self, key):
-        v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
+        try:
+            v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
+        except ClosedError:             # get() tells a compact()'s swap from a close
+            v = _SLOW
         if v is _SLOW:
             v = self.get(key, _ABSENT)
         if v is _ABSENT:
@@ -313,7 +322,10 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
             raise KeyError(key)
 
     def __contains__(self, key) -> bool:
-        v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
+        try:
+            v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
+        except ClosedError:             # get() tells a compact()'s swap from a close
+            v = _SLOW
         return (self.get(key, _ABSENT) if v is _SLOW else v) is not _ABSENT
 
     def __len__(self) -> int:
@@ -344,11 +356,14 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """Run a checkpoint now and wait for it; returns its figures."""
         ckpt = self._engine.checkpointer     # close() drops it after leaving OPEN
         if self._state is not _OPEN or ckpt is None:
-            self._check_writable("checkpoint")
+            self._check_writable("checkpoint")    # waits out a compact()'s pause
+            ckpt = self._engine.checkpointer      # the new engine's, after a swap
         try:
             return ckpt.checkpoint(wait=True, reason="user")
         except _checkpoint.CheckpointerError as e:
             self._check_open()        # closed meanwhile: ClosedError, as for any call
+            if ckpt is not self._engine.checkpointer and self._state is _OPEN:
+                return self.checkpoint()          # compact() replaced the engine meanwhile
             self._raise_failed(e, "checkpoint")
         except Exception as e:  # noqa: BLE001 - typed
             self._raise_failed(e, "checkpoint")

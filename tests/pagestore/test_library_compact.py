@@ -9,7 +9,10 @@ import threading
 import pytest
 
 import pagestore
+from pagestore.cipher import Cipher
 from pagestore.diskio import SimFS, SimulatedCrash
+from pagestore.errors import ClosedError
+from pagestore.verify import verify
 
 SMALL = dict(memory_size=64 << 20)
 
@@ -187,6 +190,70 @@ def test_a_write_that_reached_the_old_core_as_compact_swapped_it_runs_again_on_t
     else:
         left[b"raced"] = b"1"
     assert dict(db.scan()) == left
+    db.close()
+    with pagestore.open(tmp_path / "s", **SMALL) as db:
+        assert dict(db.scan()) == left
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32])
+def test_a_copy_that_checkpointed_more_often_than_the_store_still_opens_after_compact(tmp_path, key):
+    # written with a large page memory: few checkpoints in the store's cp/;
+    # compacted with a small one: the copy checkpoints many times, and its
+    # meta page must not name a checkpoint the store's cp/ never had
+    path = str(tmp_path / "s")
+    enc = {} if key is None else {"encryption_key": key}
+    with pagestore.open(path, memory_size=256 << 20, checkpoint_interval=3600, **enc) as db:
+        for i in range(0, 24000, 1000):
+            db.put_many({b"k%06d" % j: b"v" * 1000 for j in range(i, i + 1000)})
+    with pagestore.open(path, memory_size=4 << 20, checkpoint_interval=3600, **enc) as db:
+        db.compact()
+    with pagestore.open(path, memory_size=4 << 20, **enc) as db:
+        assert len(db) == 24000 and db[b"k023999"] == b"v" * 1000
+    assert verify(path, cipher=None if key is None else Cipher.from_option(key))["ok"]
+
+
+READS = {
+    "get": lambda db: db.get(b"k00000020"),
+    "getitem": lambda db: db[b"k00000020"],
+    "contains": lambda db: b"k00000020" in db,
+}
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+def test_a_read_that_reached_the_old_core_as_compact_swapped_it_runs_again_on_the_new_one(tmp_path, read):
+    db = pagestore.open(tmp_path / "s", **SMALL)
+    left = fill_then_delete_90_percent(db, 5000)
+    old = db._fast_get
+
+    def late(*args):
+        # the old core closes under this read, as compact() swaps it out
+        db._fast_get = old            # once: the retry runs on the new core's reader
+        db.compact()
+        raise ClosedError("the store was closed during the operation")
+    db._fast_get = late
+    got = READS[read](db)
+    assert got == (True if read == "contains" else left[b"k00000020"])
+    db.close()
+
+
+def test_a_checkpoint_that_reached_the_old_checkpointer_as_compact_swapped_it_runs_on_the_new_one(tmp_path):
+    db = pagestore.open(tmp_path / "s", **SMALL)
+    left = fill_then_delete_90_percent(db, 5000)
+    ckpt = db._engine.checkpointer
+    old = ckpt.checkpoint
+
+    def late(*args, **kw):
+        ckpt.checkpoint = old         # once (the old engine's close checkpoints too)
+        db.compact()
+        return old(*args, **kw)
+    ckpt.checkpoint = late
+    done = []
+    t = threading.Thread(target=lambda: done.append(db.checkpoint()), daemon=True)
+    t.start()
+    t.join(120)                       # the old checkpointer's wait never ended
+    assert done and done[0]["pages"] >= 0
+    db.put(b"after", b"1")
+    left[b"after"] = b"1"
     db.close()
     with pagestore.open(tmp_path / "s", **SMALL) as db:
         assert dict(db.scan()) == left
