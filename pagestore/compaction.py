@@ -93,6 +93,10 @@ class CompactMixin:
         self._state = State.OPEN if engine is not None else State.CLOSED
         self._resume.set()
 
+    def _page_cipher(self):
+        """The cipher the store's pages are sealed with, or None."""
+        return getattr(self._engine, "cipher", None)
+
     def _close_engine(self) -> None:
         self._engine.close(final_checkpoint=True)
 
@@ -149,7 +153,7 @@ def _rewrite(db) -> dict:
         with Database(path, db.config, fs) as reader:
             changed = _catch_up(reader, target)
         target.close()
-        _adopt(fs, path, tmp, db.config.page_size, getattr(db._engine, "cipher", None))
+        _adopt(fs, path, tmp, db.config.page_size, db._page_cipher())
         fs.crash_point("compact.copy_durable")
         fs.rename(posixpath.join(tmp, layout.PAGE_FILE), posixpath.join(path, layout.PAGE_FILE))
         fs.crash_point("compact.page_file_renamed")

@@ -230,24 +230,19 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """The value under `key`, or `default`."""
         if self._state is not _OPEN:
             self._check_open()
-        try:
-            v = self._fast_get(key, default)
-        except ClosedError as e:
-            # a compact() swapping the core under this read: run it again on the new one
-            if self._swapped(e):
-                return self.get(key, default)
-            raise
+        v = self._fast_get(key, default)     # never raises: SLOW on any error
         if v is not _SLOW:
             return v
         if type(key) is not bytes:
             key = as_key(key)
         try:
-            v = self._core_get(key)
-        except _native.Retry as r:
-            # A miss with every page dirty or in the checkpoint: no slot to
-            # read into until the checkpointer cleans some.
-            v = self._retry(r, self._core_get, key, read=True)
-        except ClosedError as e:
+            try:
+                v = self._core_get(key)
+            except _native.Retry as r:
+                # A miss with every page dirty or in the checkpoint: no slot to
+                # read into until the checkpointer cleans some.
+                v = self._retry(r, self._core_get, key, read=True)
+        except ClosedError as e:        # also a swap while it waited for room
             if self._swapped(e):
                 return self.get(key, default)
             raise
@@ -304,10 +299,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
 
     # -- dict surface ----------------------------------------------------------
     def __getitem__(self, key):
-        try:
-            v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
-        except ClosedError:             # get() tells a compact()'s swap from a close
-            v = _SLOW
+        v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
         if v is _SLOW:
             v = self.get(key, _ABSENT)
         if v is _ABSENT:
@@ -322,10 +314,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
             raise KeyError(key)
 
     def __contains__(self, key) -> bool:
-        try:
-            v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
-        except ClosedError:             # get() tells a compact()'s swap from a close
-            v = _SLOW
+        v = self._fast_get(key, _ABSENT) if self._state is _OPEN else _SLOW
         return (self.get(key, _ABSENT) if v is _SLOW else v) is not _ABSENT
 
     def __len__(self) -> int:
@@ -354,10 +343,9 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
 
     def checkpoint(self) -> dict:
         """Run a checkpoint now and wait for it; returns its figures."""
-        ckpt = self._engine.checkpointer     # close() drops it after leaving OPEN
-        if self._state is not _OPEN or ckpt is None:
+        if self._state is not _OPEN or self._engine.checkpointer is None:   # close() drops it
             self._check_writable("checkpoint")    # waits out a compact()'s pause
-            ckpt = self._engine.checkpointer      # the new engine's, after a swap
+        ckpt = self._engine.checkpointer          # the new engine's, after a swap
         try:
             return ckpt.checkpoint(wait=True, reason="user")
         except _checkpoint.CheckpointerError as e:
