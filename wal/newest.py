@@ -43,12 +43,12 @@ import struct
 
 from crc32c import crc32c
 
-from pagestore.diskio.layout import NEWEST, TMP_SUFFIX, slot_name
+from pagestore.diskio.layout import NEWEST, slot_name
 
 from .reader import SegmentMissing
 
 __all__ = ["Newest", "NewestDamaged", "NewestSegmentMissing", "read_newest", "write_newest",
-           "newest_missing", "remove_unfinished_newest", "encode_newest", "decode_newest",
+           "newest_missing", "encode_newest", "decode_newest",
            "check_newest", "keep_chain"]
 
 MAGIC = b"PSNEWEST"
@@ -135,13 +135,6 @@ def write_newest(fs, wal_dir: str, newest: Newest) -> None:
     fs.crash_point("wal.newest_written")
 
 
-def remove_unfinished_newest(fs, wal_dir: str) -> None:
-    """Remove the temp file of a NEWEST write a kill interrupted (never read)."""
-    tmp = posixpath.join(wal_dir, NEWEST + TMP_SUFFIX)
-    if fs.exists(tmp):
-        fs.remove(tmp)
-
-
 def newest_missing(newest: Newest | None, slot_files, seqs) -> bool:
     """Whether the segment `newest` names was removed: its slot file is not
     among `slot_files` (numbers) and no valid header in `seqs` holds its
@@ -152,9 +145,9 @@ def newest_missing(newest: Newest | None, slot_files, seqs) -> bool:
 
 
 def check_newest(segs) -> None:
-    """At recovery, after `segs.scan()`: load what NEWEST names into
-    `segs.newest`; NewestSegmentMissing when that segment was removed."""
-    remove_unfinished_newest(segs.fs, segs.dir)
+    """At recovery, after `segs.scan()` and `segs.remove_unfinished()`: load
+    what NEWEST names into `segs.newest`; NewestSegmentMissing when that
+    segment was removed."""
     segs.newest = newest = read_newest(segs.fs, segs.dir)
     seqs = [s.seq for s in segs.slots.values() if s.header is not None]
     if newest_missing(newest, set(segs.slots), seqs):

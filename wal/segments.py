@@ -55,7 +55,7 @@ import posixpath
 import threading
 
 from pagestore.diskio import PosixFS
-from pagestore.diskio.layout import TMP_SUFFIX, parse_slot, slot_name
+from pagestore.diskio.layout import NEWEST, TMP_SUFFIX, parse_slot, slot_name
 
 from .format import BLOCK, end_after, end_image
 from .growth import Growth
@@ -153,13 +153,15 @@ class Segments(SparePreparer, Growth):
         return sorted(self.slots.values(), key=lambda s: s.number)
 
     def remove_unfinished(self) -> list[str]:
-        """Remove the `seg-N.wal.tmp` files a writer killed while making a
-        segment left behind (each up to a segment's size); returns their paths.
-        A `.tmp` is never read: a segment exists only once renamed.
+        """Remove the temp files a writer killed mid-write left in the WAL
+        directory: `seg-N.wal.tmp` (a segment being made, up to a segment's
+        size) and `NEWEST.tmp` (wal/newest.py); returns their paths. A `.tmp`
+        is never read: a file exists only once renamed.
         REQUIRES: the store is open for writing and its lock is held."""
         gone = []
         for name in self.fs.listdir(self.dir):
-            if name.endswith(TMP_SUFFIX) and parse_slot(name[:-len(TMP_SUFFIX)]) is not None:
+            base = name[:-len(TMP_SUFFIX)]
+            if name.endswith(TMP_SUFFIX) and (base == NEWEST or parse_slot(base) is not None):
                 path = posixpath.join(self.dir, name)
                 self.fs.remove(path)
                 gone.append(path)

@@ -8,7 +8,8 @@ import pytest
 
 import pagestore
 from pagestore import _native
-from pagestore.diskio import SimFS, SimulatedCrash
+from pagestore.diskio import SimFS
+from tests.support.crash import kill_in_page_phase
 
 OPTS = dict(memory_size=64 << 20, checkpoint_interval=3600, checkpoint_wal_size=1 << 30,
             checkpoint_dirty_fraction=0.95, wal_mode="fsync", recovery_compression="lz4",
@@ -35,15 +36,7 @@ def test_a_store_with_lz4_at_an_acceleration_restores_exactly_after_a_crash_in_t
     db.checkpoint()
     model.update(zip(keys, _values(rng, len(keys))))            # every page dirty again
     db.put_many(model.items())
-    sim.arm("checkpoint.page_written", hit=2)
-    try:
-        db.checkpoint()
-        raise AssertionError("the crash point did not fire")
-    except SimulatedCrash:
-        pass
-    db._abandon()
-    sim.disarm()
-    sim.crash(random.Random(1), "keep")     # a process kill: the OS keeps every write
+    kill_in_page_phase(sim, db)
 
     db = pagestore.open("/s", fs=sim, **OPTS)
     try:

@@ -6,7 +6,8 @@ ConfigError naming memory_size, and the store then opens with enough."""
 
 import random
 
-from pagestore.diskio import SimFS, SimulatedCrash
+from pagestore.diskio import SimFS
+from tests.support.crash import kill_in_page_phase
 import pagestore
 
 OPTS = dict(memory_size=64 << 20, checkpoint_interval=3600, checkpoint_wal_size=1 << 30,
@@ -23,15 +24,7 @@ def test_pages_restored_from_recovery_files_stay_resident_after_open():
     for k in keys:                          # every page dirty again
         model[k] = rng.randbytes(60)
     db.put_many(model.items())
-    sim.arm("checkpoint.page_written", hit=2)
-    try:
-        db.checkpoint()
-        raise AssertionError("the crash point did not fire")
-    except SimulatedCrash:
-        pass
-    db._abandon()
-    sim.disarm()
-    sim.crash(random.Random(1), "keep")     # a process kill: the OS keeps every write
+    kill_in_page_phase(sim, db)
 
     db = pagestore.open("/s", fs=sim, **OPTS)
     try:
