@@ -56,7 +56,7 @@ def open(path, **options) -> "_Opening":  # noqa: A001 - the public name
     """Open (or create) the store at `path` for asyncio: `async with open(...) as db`
     or `db = await open(...)`. Options as `pagestore.open`; opening and recovery
     run in a worker thread, off the loop."""
-    return _Opening(os.fspath(path), options)
+    return _Opening(_database.store_path(path), options)
 
 
 class _Opening:

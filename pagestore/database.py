@@ -83,7 +83,22 @@ def open(path, *, fs=None, create=True, read_only=False, **options) -> "Database
     Every other keyword is an option of `Config` (see docs/options.md).
     """
     cfg = make_config(**options)
-    return Database(os.fspath(path), cfg, fs or diskio.PosixFS(), create=create, read_only=read_only)
+    if fs is None:
+        return Database(store_path(path), cfg, diskio.PosixFS(), create=create, read_only=read_only)
+    return Database(os.fspath(path), cfg, fs, create=create, read_only=read_only)
+
+
+def store_path(path) -> str:
+    """`path` (str, bytes or path-like) as the absolute path of the store's
+    directory. The store's files are opened by name long after `open` (every
+    new WAL segment, marker and recovery file), so a relative path would
+    follow a later `os.chdir` into another directory -- and another store.
+    An empty path is refused (`ConfigError`) rather than read as ".".
+    """
+    name = os.fsdecode(os.fspath(path))
+    if not name:
+        raise ConfigError("the store's path is empty: name its directory", "path")
+    return os.path.abspath(name)
 
 
 def engine_of(db: "Database") -> Engine:

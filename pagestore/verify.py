@@ -95,8 +95,9 @@ def _check_cp(r: _Result, cpd: dict, pf: dict, cipher):
                                f"{s.wal_lsn}", file=posixpath.join(cpd["dir"], layout.marker_name(cid, "END")))
         if t is not None and s is None:
             r.note("markers", f"checkpoint {cid} has END without START (an older marker left behind)")
+    lost = _meta_checkpoint_unknown(r, cpd, pf, cipher)
     nmark = len(cp.starts) + len(cp.ends)
-    r.check("markers", "fault" if cpd["marker_errors"] else "ok",
+    r.check("markers", "fault" if cpd["marker_errors"] or lost else "ok",
             f"{nmark} marker(s) in cp/, last START {cp.last_start}, last complete {cp.last_complete}"
             + (f", checkpoint {cp.interrupted} interrupted (START without END)" if cp.interrupted else ""))
     for cid in sorted(i for i in cp.recovery if cp.last_start is None or i > cp.last_start):
@@ -149,6 +150,36 @@ def _check_cp(r: _Result, cpd: dict, pf: dict, cipher):
     if needed and bad:
         return None              # damaged files: which pages a restore would write is unknown
     return ids if needed else set()
+
+
+def _meta_checkpoint_unknown(r: _Result, cpd: dict, pf: dict, cipher) -> bool:
+    """pages.dat's meta page names the checkpoint that wrote it last; when cp/
+    has no marker that recent (its files were removed), replaying from the
+    older pointer would drop what that checkpoint made durable, and open
+    refuses the store: a fault here too. A meta page that does not read back
+    whole is `_check_pages`' fault, not this one."""
+    if pf["info"] is None or pf["header_error"] or pf["pages_on_disk"] < 1:
+        return False
+    f = ReadOnlyFile(pf["file"])
+    try:
+        raw = f.pread(pf["page_size"], 0)
+    finally:
+        f.close()
+    try:
+        page = open_page(cipher, raw, 0, pf["file"])
+    except EncryptionError:
+        return False
+    if not _native.check_page(page, 0):
+        return False
+    cp = cpd["state"]
+    written_by = pf["info"]["checkpoint_id"]
+    known = max((i for i in (cp.last_start, cp.last_complete) if i is not None), default=0)
+    if written_by <= known:
+        return False
+    r.fault("markers", f"cp/ has no marker of checkpoint {written_by}, which wrote {pf['file']} (were "
+                       f"files of cp/ removed?): open refuses the store, as replaying from checkpoint "
+                       f"{known or 'none'} would lose acknowledged writes", file=cpd["dir"])
+    return True
 
 
 def _check_pages(r: _Result, pf: dict, cipher, restore_ids, interrupted) -> None:

@@ -198,3 +198,34 @@ def test_a_wal_archive_inside_the_store_directory_is_not_foreign_to_it(tmp_path)
     with pytest.raises(pagestore.NotAStoreError) as e:       # without the option it is a stranger
         pagestore.open(path, **SMALL)
     assert e.value.found == ("old-wal",)
+
+
+# -- the path ----------------------------------------------------------------------------
+def test_a_store_opened_by_a_relative_path_keeps_its_directory_after_chdir(tmp_path, monkeypatch):
+    """Segments, markers and recovery files are created by name long after open:
+    a later chdir must not send them into another directory (or another store)."""
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    there.mkdir()
+    make_store(there / "data", n=50)                 # another store at the same relative name
+    theirs = tree_state(there)
+    monkeypatch.chdir(here)
+    with pagestore.open("data", wal_segment_size=1 << 20, **SMALL) as db:
+        monkeypatch.chdir(there)
+        for i in range(20_000):                       # > 1 MiB of log: new segments after the chdir
+            db.put(b"a%06d" % i, b"x" * 100)
+        db.checkpoint()
+    assert tree_state(there) == theirs
+    with pagestore.open(here / "data", create=False, wal_segment_size=1 << 20, **SMALL) as db:
+        assert len(db) == 20_000 and db.verify()["keys"] == 20_000
+
+
+def test_bytes_paths_open_the_same_store_and_an_empty_path_is_refused(tmp_path):
+    make_store(tmp_path / "s", n=10)
+    with pagestore.open(os.fsencode(tmp_path / "s"), create=False, **SMALL) as db:
+        assert len(db) == 10
+    before = tree_state(tmp_path)
+    for empty in ("", b""):
+        with pytest.raises(pagestore.ConfigError, match="empty"):
+            pagestore.open(empty, **SMALL)
+    assert tree_state(tmp_path) == before

@@ -133,6 +133,21 @@ def test_verify_names_pages_dat_and_the_page_id_after_a_byte_flip(healthy, capsy
         [(3, 3 * PAGE, "pages.dat")]
 
 
+def test_verify_faults_a_store_open_refuses_for_its_last_checkpoints_markers_removed(healthy, capsys):
+    cp = os.path.join(healthy, "cp")
+    last = max(int(n[:16]) for n in os.listdir(cp) if n.endswith("-END.bin"))
+    for n in os.listdir(cp):
+        if int(n[:16]) == last:
+            os.remove(os.path.join(cp, n))
+    with pytest.raises(pagestore.CorruptionError, match=f"no marker of checkpoint {last}"):
+        pagestore.open(healthy, **OPTIONS)
+    status, out, _ = run(capsys, "verify", healthy)
+    assert status == 1, out
+    fault = [line for line in out.splitlines() if line.startswith("FAULT")]
+    assert len(fault) == 1 and "[markers]" in fault[0] and f"no marker of checkpoint {last}" in fault[0] \
+        and cp in fault[0], out
+
+
 def test_verify_checks_the_tree_structure_not_only_checksums(healthy, capsys):
     path = os.path.join(healthy, "pages.dat")
     with open(path, "r+b") as f:
