@@ -3,11 +3,12 @@
     python docs/gen_api.py            # rewrite docs/api.md
     python docs/gen_api.py --check    # exit 1 if docs/api.md is stale or a docstring is missing
 
-The public surface is `pagestore.__all__` plus the classes its methods hand
-out (`Cursor`, `State`). Each class lists its public methods and properties
-with their signatures (`inspect.signature`) and docstrings (`inspect.getdoc`);
-the dict protocol a class supports is listed on one line. The options come
-from `Config`'s fields, each with the comment on its line of source.
+The public surface is `pagestore.__all__` (which holds the classes its
+methods hand out, `Cursor` and `State`, too). Each class lists its public
+methods and properties with their signatures (`inspect.signature`) and
+docstrings (`inspect.getdoc`); the dict protocol a class supports is listed
+on one line. The options come from `Config`'s fields, each with the comment
+on its line of source.
 """
 
 from __future__ import annotations
@@ -35,14 +36,11 @@ _ORDER = list(PROTOCOL)
 def surface():
     """(heading, object) of every documented public name, in page order."""
     import pagestore
-    from pagestore.cursor import Cursor
-    from pagestore.database import State
     names = [n for n in pagestore.__all__ if n != "__version__"]
     objs = {n: getattr(pagestore, n) for n in names}
     funcs = [(n, o) for n, o in objs.items() if inspect.isfunction(o)]
     errors = [(n, o) for n, o in objs.items() if inspect.isclass(o) and issubclass(o, BaseException)]
     classes = [(n, o) for n, o in objs.items() if inspect.isclass(o) and (n, o) not in errors]
-    classes += [("Cursor", Cursor), ("State", State)]
     return funcs, classes, errors
 
 

@@ -37,7 +37,7 @@ from .errors import TransactionTooLargeError as TransactionTooLargeError
 from .errors import ValueTooLargeError as ValueTooLargeError
 
 __all__ = [
-    "__version__", "open", "Database", "Transaction", "Snapshot", "Config",
+    "__version__", "open", "run_transaction", "Database", "Transaction", "Snapshot", "Config", "Cursor", "State",
     "Error", "ClosedError", "ConfigError", "ConflictError", "SnapshotTooOldError", "CorruptionError",
     "EncryptionError", "KeyTooLargeError", "StoreLockedError", "TransactionTooLargeError",
     "ValueTooLargeError", "NotAStoreError", "ReadOnlyError", "RecoveryNeededError", "StoreNotFoundError",
@@ -62,6 +62,15 @@ def __getattr__(name):
     if name == "Snapshot":
         from .snapshot import Snapshot
         return Snapshot
+    if name == "run_transaction":
+        from .transaction import run_transaction
+        return run_transaction
+    if name == "Cursor":
+        from .cursor import Cursor
+        return Cursor
+    if name == "State":
+        from .database import State
+        return State
     if name == "aio":                   # the asyncio surface, `pagestore.aio.open`
         import importlib
         return importlib.import_module(__name__ + ".aio")

@@ -227,7 +227,9 @@ def _s(v) -> str:
 # -- command line ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pagestore",
-                                 description="Tools for a pagestore store directory (read-only).")
+                                 description="Tools for a pagestore store directory. verify and inspect "
+                                             "only read it; backup writes a copy to a new directory; "
+                                             "compact rewrites the store.")
     sub = ap.add_subparsers(dest="command", metavar="{verify,inspect,backup,compact}")
     sub.required = True
     v = sub.add_parser("verify", help="check pages, markers, recovery files, WAL and tree",

@@ -9,14 +9,18 @@
         async for k, v in db.scan(prefix=b"a"):
             ...
 
-A write runs on the event loop's thread (one C call, microseconds) and is
-in the log when the call returns; a durable write (fsync mode, or
-`sync=True`) then waits for its group: one syncer thread per store leads a
-group-commit round over everything written so far, and tells the loop once
-per round, which completes every write the round covered. No thread per
-waiting write; hundreds of writes in flight share one fdatasync. The
-syncer's rounds go through the WAL's group commit, so threads writing with
-`pagestore.open` semantics elsewhere share them too.
+A write runs on the event loop's thread (one C call: microseconds for a
+put, a batch's time for a batch) and is in the log when the call returns;
+a durable write (fsync mode, or `sync=True`) then waits for its group: one
+syncer thread per store leads a group-commit round over everything written
+so far, and tells the loop once per round, which completes every write the
+round covered. No thread per waiting write; hundreds of writes in flight
+share one fdatasync. In log_only/background mode a write's await completes
+once its record is in the OS: at once on a log mapped from the page cache,
+else after the syncer's next publish round. Only this surface's writes on
+the loop wait for the syncer: a write through `database` from a thread
+commits as on a store opened with `pagestore.open`, sharing the same
+rounds (`_note`).
 
 Where the WAL does its rounds in C (fsync mode on posix files, no crash
 point armed), the syncer runs in C too (csrc/gcsyncer.c, `ps_gc_syncer`): it
@@ -28,7 +32,8 @@ Cancelling a write's await does not undo it: the write was applied when the
 call was made and becomes durable with its group; the store stays as
 consistent as after any completed write. `close()` waits for the writes in
 flight to be durable; one whose group fails (or arrives after close began)
-raises `ClosedError` or the I/O error, never hangs.
+raises `ClosedError` or the I/O error, typed, never hangs; a failed round
+leaves the store FAILED as a failed write does in any thread.
 
 A write that must wait for room (page memory full of dirty pages, or the
 throttle slowing writers down during a checkpoint) waits on the loop's
@@ -39,17 +44,27 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import os
 import threading
+from asyncio import _get_running_loop as _running_loop   # None outside a loop
 
-from pagestore.wal.gate import RoundFailed
-
+from . import compaction
 from . import database as _database
-from .errors import ClosedError
+from . import faults
+from .errors import ClosedError, Error, ReadOnlyError
+from .lifecycle import Lifecycle
+from .syncer import QUICK_YIELD, Syncer, loop_can_watch
 
-__all__ = ["open", "AsyncDatabase", "AsyncTransaction"]
+__all__ = ["open", "AsyncDatabase", "AsyncTransaction", "WrongLoopError"]
 
 _SCAN_YIELD = 256      # items an async scan hands out between yields to the loop
+
+
+class WrongLoopError(Error, RuntimeError):
+    """An `AsyncDatabase` called from an event loop other than the one that
+    opened it, or from no loop: nothing was done. Use it from its own loop
+    (`close()` works from any), and `database` from threads."""
 
 
 def open(path, **options) -> "_Opening":  # noqa: A001 - the public name
@@ -67,8 +82,21 @@ class _Opening:
 
     async def _open(self) -> "AsyncDatabase":
         loop = asyncio.get_running_loop()
-        db = await loop.run_in_executor(None, lambda: _database.open(self._path, **self._options))
-        return AsyncDatabase(db, loop)
+        opening = loop.run_in_executor(None, lambda: _database.open(self._path, **self._options))
+        try:
+            db = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # the worker thread goes on opening: whatever it opens is closed
+            opening.add_done_callback(_close_opened)
+            raise
+        try:
+            return AsyncDatabase(db, loop)
+        except BaseException:
+            try:                     # (a cancellation here leaves the close running in its thread)
+                await loop.run_in_executor(None, db.close)
+            except Exception:  # noqa: BLE001 - the construction's error is the one to raise
+                pass
+            raise
 
     def __await__(self):
         return self._open().__await__()
@@ -82,7 +110,7 @@ class _Opening:
         return False
 
 
-class AsyncDatabase:
+class AsyncDatabase(Syncer, Lifecycle):
     """An open store used from one asyncio event loop (see the module docstring)."""
 
     def __init__(self, db, loop: asyncio.AbstractEventLoop):
@@ -90,22 +118,40 @@ class AsyncDatabase:
         engine = _database.engine_of(db)
         self._wal, self._fs = engine.wal, db.fs
         self._fsync = engine.wal.mode == "fsync"
-        self._pending: collections.deque = collections.deque()   # (lsn, future), lsn ascending
+        # (lsn, future, result, operation, needs durable), lsn ascending
+        self._pending: collections.deque = collections.deque()
         self._closing = False
         self._error: BaseException | None = None
         self._lsn = 0
         self._rounds = self._completed = 0   # syncer rounds told to the loop; writes they completed
-        # The facade's writes call its commit hook with their end LSN; on this
-        # loop nothing may block in it, so it only notes the LSN and the
-        # syncer makes it durable.
+        # log_only/background on a log that hands its records to the OS at
+        # commit (wal_direct, a Python sealer, the simulator): a write
+        # survives a process kill only once published, which the syncer does
+        # for the loop's writes (a device write with O_DIRECT: not on the loop)
+        self._publish = not self._fsync and not getattr(engine.wal, "shared_mapping", True)
+        self._waits = self._fsync or self._publish    # a plain write's await waits for the syncer
+        self._published = 0       # the loop's writes below this LSN are published (the syncer's word)
+        self._durable_asks = 0    # durable waits queued so far: in publish mode, the syncer's cue
+        self._quick = 0           # operations completed at once since the last yield to the loop
+        self._tid = threading.get_ident()    # the loop's thread
+        self._routing = False     # set while an operation of this surface calls the Database
+        # The facade's writes call its commit hook with their end LSN: the
+        # loop's own writes only note it there (nothing may block on the
+        # loop; the syncer completes them), every other write commits as usual.
         _database.route_commits(db, self._note)
         self._db_put = db.put
         # a Future made by its type, not by a call of the loop's Python method
         self._future = asyncio.Future if type(loop.create_future()) is asyncio.Future \
             else (lambda loop: loop.create_future())
         self._wake = threading.Event()
-        self._gate = engine.wal.syncer_gate()   # None: the syncer runs in Python
+        self._closer: concurrent.futures.Future | None = None     # set by the first close()
+        self._syncer_lock = threading.Lock()     # close() and compact()'s swap: one moves the syncer
+        self._loop_running = loop.is_running
+        self._syncer = self._gate = None
         self._efd = -1
+        if db.state is _database.State.READ_ONLY:
+            return                          # nothing to make durable: no syncer
+        self._gate = engine.wal.syncer_gate()   # None: the syncer runs in Python
         target = self._sync_loop
         if self._gate is not None and loop_can_watch(loop):
             self._efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -115,154 +161,117 @@ class AsyncDatabase:
             target = self._c_sync_loop
         self._syncer = threading.Thread(target=target, name="pagestore-aio-syncer", daemon=True)
         self._syncer.start()
-
-    def _note(self, lsn: int) -> None:
-        self._lsn = lsn
-
-    # -- durability --------------------------------------------------------------
-    def _after_write(self, sync, result=None, logged: bool = True) -> asyncio.Future:
-        fut = self._future(loop=self._loop)
-        if (self._fsync or sync) and (logged or self._lsn > self._wal.durable_lsn):
-            # (nothing logged and all before it durable: no round would come
-            # to complete it -- a delete of a missing key, a sync() with
-            # nothing new; a write that logged is completed by the round that
-            # covers it, which wakes the loop after it)
-            self._pending.append((self._lsn, fut, result))
-            if self._efd >= 0:
-                if self._idle[0]:          # read after the write (see ps_gc_kick)
-                    self._gate.kick()
-            elif not self._wake.is_set():
-                self._wake.set()
-        else:
-            fut.set_result(result)
-        return fut
-
-    def _c_sync_loop(self) -> None:
-        """The syncer in C: rounds and eventfd writes without the GIL; back in
-        Python only for a round C cannot do alone, a failure, or the stop."""
-        gate, wal, efd = self._gate, self._wal, self._efd
-        ticket = gate.ticket()
-        while True:
-            try:
-                what = gate.syncer(efd, 0.2, ticket)
-                if what == "stopped":
-                    return
-                if what == "lead":
-                    wal.lead_round(ticket)
-                    os.eventfd_write(efd, 1)
-            except RoundFailed as failed:
-                self._loop.call_soon_threadsafe(self._fail, wal.round_failed(failed))
-                return
-            except BaseException as exc:    # noqa: BLE001 - handed to the writes waiting
-                self._loop.call_soon_threadsafe(self._fail, exc)
-                return
-
-    def _on_durable(self) -> None:
-        """The loop's reader of the eventfd: one call per wake-up, whatever
-        number of rounds it counts."""
-        try:
-            os.eventfd_read(self._efd)
-        except BlockingIOError:
-            return
-        # (in fsync mode the core reads the acknowledged end from the gate's
-        # durable cell itself: nothing to tell it here)
-        self._complete(self._gate.durable)
-        # runs after the tasks the completions woke (queued behind them): their
-        # next writes are made, so the syncer's next round may start
-        self._loop.call_soon(self._gate.go)
-
-    def _sync_loop(self) -> None:
-        """The syncer: one group-commit round per wake-up, one loop wake-up per round."""
-        wal, wake, call = self._wal, self._wake, self._loop.call_soon_threadsafe
-        while True:
-            wake.wait()
-            wake.clear()
-            # Read before the round: every write came before close() began,
-            # so a round started after it covers them all.
-            stop = self._closing
-            try:
-                durable = wal.flush()
-                self._fs.crash_point("aio.group_durable")
-            except BaseException as exc:    # noqa: BLE001 - handed to the writes waiting
-                call(self._fail, exc)
-                return
-            call(self._complete, durable)
-            if stop:
-                return
-
-    def _complete(self, durable: int) -> None:
-        pending = self._pending
-        n = 0
-        while pending and pending[0][0] <= durable:
-            _lsn, fut, result = pending.popleft()
-            n += 1
-            if not fut.done():              # a cancelled await: the write stands regardless
-                fut.set_result(result)
-        self._rounds += 1
-        self._completed += n
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
-        while self._pending:
-            _lsn, fut, _r = self._pending.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
+        compaction.on_swap(db, self._on_swap)     # the syncer follows compact()'s swap
 
     def _check(self) -> None:
+        # reads go on after a failed round, as in the FAILED state
         if self._closing:
             raise ClosedError(f"store {self._db.path} is closing")
-        if self._error is not None:
-            raise ClosedError(f"store {self._db.path}: its WAL sync failed: {self._error}")
+        if _get_ident() != self._tid or not self._loop_running():
+            self._check_loop()
 
-    def _write(self, call, *args, sync):
+    def _check_write(self, operation: str) -> None:
+        self._check()
+        if self._syncer is None:            # read_only=True (its Database refuses the others too)
+            raise ReadOnlyError(f"{self._db.path} was opened read_only: {operation} refused",
+                                self._db.path, operation)
+        if self._error is not None:
+            failure = self._db.failure
+            if failure is not None:
+                raise faults.refusal(failure, operation)
+            raise ClosedError(f"{operation}: store {self._db.path} makes no write durable any more: "
+                              f"{self._error}")
+
+    def _write(self, call, *args, sync, operation):
         try:
-            self._check()
+            self._check_write(operation)
             before = self._lsn
-            result = call(*args)
+            self._routing = True
+            try:
+                result = call(*args)
+            finally:
+                self._routing = False
         except BaseException as exc:        # noqa: BLE001 - raised from the await
             return self._failed(exc)
-        return self._after_write(sync, result, self._lsn != before)
+        return self._after_write(sync, result, self._lsn != before, operation)
 
     def _failed(self, exc: BaseException) -> asyncio.Future:
-        fut = self._loop.create_future()
+        loop = _running_loop()
+        if loop is None:                    # called outside any loop: nothing to await
+            raise exc
+        fut = loop.create_future()          # (the store's loop, unless the error says otherwise)
         fut.set_exception(exc)
         return fut
+
+    def _check_loop(self) -> None:
+        """Raise WrongLoopError unless the call runs on the store's loop (the
+        exact test, after the cheap one -- its thread, running -- failed)."""
+        running = _running_loop()
+        if running is self._loop:           # the same loop, now run by another thread
+            self._tid = _get_ident()
+            return
+        where = "outside any event loop" if running is None else "on another event loop"
+        if self._loop.is_closed():
+            what = "that loop is closed: close() the store (from any loop) and open it again here"
+        else:
+            what = "use it there, or its `database` from other threads"
+        raise WrongLoopError(f"store {self._db.path} belongs to the event loop it was opened on, "
+                             f"and this call was made {where}: nothing was done; {what}")
 
     # -- operations --------------------------------------------------------------
     def put(self, key, value, *, sync: bool = False) -> asyncio.Future:
         """Await to store `value` under `key`; durable when it completes in fsync
         mode or with `sync=True`."""
         # `_write` inlined: the loop's hot path pays each Python call once per put
-        if self._closing or self._error is not None:
-            return self._write(self._db_put, key, value, sync=sync)     # raises ClosedError
+        if self._closing or self._error is not None or _get_ident() != self._tid \
+                or not self._loop_running():
+            return self._write(self._db_put, key, value, sync=sync, operation="put")   # raises
+        self._routing = True
         try:
             self._db_put(key, value)
         except BaseException as exc:        # noqa: BLE001 - raised from the await
+            self._routing = False
             return self._failed(exc)
+        self._routing = False
         return self._after_write(sync)
 
     def delete(self, key, *, sync: bool = False) -> asyncio.Future:
         """Await to remove `key`; True if it was there (durable as for `put`)."""
-        return self._write(self._db.delete, key, sync=sync)
+        return self._write(self._db.delete, key, sync=sync, operation="delete")
 
     def put_many(self, items, *, sync: bool = False) -> asyncio.Future:
         """Await to put every (key, value) pair as one atomic batch."""
-        return self._write(self._db.put_many, items, sync=sync)
+        return self._write(self._db.put_many, items, sync=sync, operation="put_many")
 
     async def get(self, key, default=None):
         """The value under `key`, or `default`."""
         self._check()
-        return self._db.get(key, default)
+        v = self._db.get(key, default)
+        self._quick += 1
+        if self._quick >= QUICK_YIELD:
+            self._quick = 0
+            await asyncio.sleep(0)
+        return v
 
     async def get_many(self, keys, default=None) -> list:
         """The values under `keys`, in order (`default` where absent)."""
         self._check()
-        return self._db.get_many(keys, default)
+        vs = self._db.get_many(keys, default)
+        self._quick += 1
+        if self._quick >= QUICK_YIELD:
+            self._quick = 0
+            await asyncio.sleep(0)
+        return vs
 
     async def sync(self) -> None:
-        """Await until every write made so far is durable."""
-        self._check()
-        await self._after_write(True, logged=False)
+        """Await until every write made so far is durable (also those that
+        threads made through `database`)."""
+        self._check_write("sync")
+        # the log's end: the writes of other threads too, which are not noted here
+        end = _database.engine_of(self._db).signals.wal_end_lsn
+        if end > self._lsn:
+            self._lsn = end
+        await self._after_write(True, logged=False, operation="sync")
 
     async def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
         """(key, value) pairs in key order, as `Database.scan`, yielding to the loop
@@ -285,40 +294,18 @@ class AsyncDatabase:
     def stats(self) -> dict:
         """The store's counters (`Database.stats`), plus the syncer's wake-ups of
         the loop (`aio_rounds`), the durable writes each completed on average,
-        and where the syncer runs (`aio_syncer`: "c" or "python")."""
+        and where the syncer runs (`aio_syncer`: "c", "python", or None on a
+        read-only store, which has none)."""
         st = self._db.stats()
         st["aio_rounds"] = self._rounds
         st["aio_group_size_mean"] = self._completed / self._rounds if self._rounds else 0.0
-        st["aio_syncer"] = "c" if self._efd >= 0 else "python"
+        st["aio_syncer"] = "c" if self._efd >= 0 else "python" if self._syncer is not None else None
         return st
 
     @property
     def database(self):
         """The underlying `Database` (its blocking calls must not run on the loop)."""
         return self._db
-
-    # -- closing -----------------------------------------------------------------
-    async def close(self) -> None:
-        """Let the writes in flight become durable, then checkpoint and close
-        (in a worker thread); later calls raise ClosedError."""
-        if self._closing:
-            return
-        self._closing = True
-        self._wake.set()
-        if self._efd >= 0:
-            self._gate.syncer_stop(True)
-        loop = self._loop
-        await loop.run_in_executor(None, self._syncer.join)
-        await asyncio.sleep(0)              # the syncer's last completion, queued before it ended
-        if self._efd >= 0:
-            loop.remove_reader(self._efd)
-            if self._error is None:
-                self._complete(self._gate.durable)
-            os.close(self._efd)
-            self._efd = -1
-        if self._pending:
-            self._fail(ClosedError(f"store {self._db.path} closed before the write was durable"))
-        await loop.run_in_executor(None, self._db.close)
 
     async def __aenter__(self):
         return self
@@ -327,17 +314,13 @@ class AsyncDatabase:
         await self.close()
         return False
 
+_get_ident = threading.get_ident
 
-def loop_can_watch(loop) -> bool:
-    """Whether `loop` can watch a file descriptor (`add_reader`: selector
-    loops and uvloop; not the Windows proactor) and eventfd exists."""
-    if not hasattr(os, "eventfd"):
-        return False
-    try:
-        loop.add_reader
-    except AttributeError:
-        return False
-    return not type(loop).__name__.startswith("Proactor")
+
+def _close_opened(opening: asyncio.Future) -> None:
+    """The done-callback of an open whose `aio.open()` was cancelled: close what it opened."""
+    if not opening.cancelled() and opening.exception() is None:
+        threading.Thread(target=opening.result().close, name="pagestore-close").start()
 
 
 class AsyncTransaction:
@@ -361,7 +344,7 @@ class AsyncTransaction:
 
     async def commit(self, *, sync: bool = False) -> None:
         """Apply the writes atomically; completes when durable (fsync mode or sync)."""
-        await self._adb._write(self._tx.commit, sync=sync)
+        await self._adb._write(self._tx.commit, sync=sync, operation="commit")
 
     def rollback(self) -> None:
         """Drop the buffered writes."""

@@ -24,9 +24,10 @@ import time
 
 from pagestore.diskio import PosixFS
 
-from .errors import Error, NotAStoreError
+from . import faults
+from .errors import ConfigError, Error, NotAStoreError
 
-__all__ = ["BackupMixin", "backup", "copy_pairs", "remove_tree"]
+__all__ = ["BackupMixin", "backup", "copy_pairs", "destination", "remove_tree"]
 
 BATCH_BYTES = 1 << 20       # one put_many of the copy: small next to any page memory
 
@@ -38,8 +39,12 @@ class BackupMixin:
         """Write a consistent copy of the store, as of this call, to the new
         directory `dest` (missing or empty) while writers go on; returns
         {"path", "keys", "bytes", "seconds"}. The copy opens and verifies on
-        its own (pagestore/backup.py)."""
-        return backup(self, dest)
+        its own (pagestore/backup.py). A `dest` that is a file or not empty
+        raises NotAStoreError, an empty one ConfigError, before anything is
+        written. A compact() of the store waits for it, or it for one (the
+        copy's snapshot would not outlive the compaction's swap)."""
+        with self._one_at_a_time():
+            return backup(self, dest)
 
 
 def copy_pairs(pairs, target) -> tuple[int, int]:
@@ -80,34 +85,67 @@ def copy_config(db):
     return dataclasses.replace(db.config, wal_archive=None)
 
 
+def destination(dest, fs) -> str:
+    """`dest` (str, bytes or path-like) as a str, absolute on the real file
+    system (as `pagestore.open` takes its path); ConfigError when it is empty
+    rather than read as ".". Checked before anything is created."""
+    name = os.fsdecode(os.fspath(dest))
+    if not name:
+        raise ConfigError("backup: the destination path is empty: name a new directory", "dest")
+    return os.path.abspath(name) if isinstance(fs, PosixFS) else name
+
+
+def _entries(fs, dest: str):
+    """The names in `dest`, None when it does not exist; NotAStoreError when it
+    is a file or cannot be listed (a backup needs a directory of its own)."""
+    if not fs.exists(dest):
+        return None
+    try:
+        return fs.listdir(dest)
+    except OSError as e:
+        raise NotAStoreError(f"backup destination {dest} is not a directory a store can use "
+                             f"({e.strerror or e}): a backup makes a new store", dest,
+                             (posixpath.basename(dest),)) from None
+
+
 def backup(db, dest) -> dict:
     """See `BackupMixin.backup`."""
-    from .database import Database
     t0 = time.perf_counter()
-    dest, fs = os.fspath(dest), db.fs
+    dest = destination(dest, db.fs)
     snap = db.snapshot()                # the moment the copy is of: before any check can wait
     try:
-        inside = posixpath.abspath(dest) + "/"
-        if inside.startswith(posixpath.abspath(db.path) + "/"):
-            raise Error(f"backup destination {dest} is inside the store {db.path}: choose another directory")
-        existed = fs.exists(dest)
-        if existed and fs.listdir(dest):
-            raise NotAStoreError(f"backup destination {dest} is not empty: a backup makes a new store",
-                                 dest, fs.listdir(dest))
-        try:
-            target = Database(dest, copy_config(db), fs)
-            try:
-                keys, size = copy_pairs(snap.scan(), target)
-            finally:
-                target.close()
-            fs.fsync_dir(posixpath.dirname(posixpath.abspath(dest)))
-        except Exception:
-            try:
-                remove_tree(fs, dest) if not existed else [remove_tree(fs, posixpath.join(dest, n))
-                                                           for n in fs.listdir(dest)]
-            except Exception:  # noqa: BLE001 - the copy's own failure is the one to report
-                pass
-            raise
+        keys, size = _copy(db, snap, dest)
+    except Exception as e:  # noqa: BLE001 - an inner layer's failure becomes a pagestore.Error
+        faults.reraise(e, "backup")
     finally:
         snap.release()
     return {"path": dest, "keys": keys, "bytes": size, "seconds": time.perf_counter() - t0}
+
+
+def _copy(db, snap, dest: str) -> tuple[int, int]:
+    """Check `dest`, write `snap`'s pairs into a new store there; (keys, bytes).
+    On a failure after the checks, what it created at `dest` is removed."""
+    from .database import Database
+    fs = db.fs
+    if (posixpath.abspath(dest) + "/").startswith(posixpath.abspath(db.path) + "/"):
+        raise Error(f"backup destination {dest} is inside the store {db.path}: choose another directory")
+    names = _entries(fs, dest)
+    existed = names is not None
+    if names:
+        raise NotAStoreError(f"backup destination {dest} is not empty: a backup makes a new store",
+                             dest, names)
+    try:
+        target = Database(dest, copy_config(db), fs)
+        try:
+            keys, size = copy_pairs(snap.scan(), target)
+        finally:
+            target.close()
+        fs.fsync_dir(posixpath.dirname(posixpath.abspath(dest)))
+    except Exception:
+        try:
+            remove_tree(fs, dest) if not existed else [remove_tree(fs, posixpath.join(dest, n))
+                                                       for n in fs.listdir(dest)]
+        except Exception:  # noqa: BLE001 - the copy's own failure is the one to report
+            pass
+        raise
+    return keys, size

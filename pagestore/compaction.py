@@ -25,10 +25,18 @@ and removed by the next compact); after it, the old or the new page file
 then the new one. Crash points: "compact.copy_durable" (step 2 done, nothing
 renamed) and "compact.page_file_renamed" (renamed, directory not fsynced).
 
-While paused, a call that had already reached the old C core gets
-ClosedError from it and runs again on the new one (`swapped`). Snapshots,
-scans in progress and transactions opened before the pause belong to the
-closed core: they raise ClosedError afterwards.
+Calls and the swap, one rule (`CompactMixin._on_engine`): a call made while
+paused waits for the swap to end; a call that took the store's engine
+before the pause and meets it closed (ClosedError from its core, a
+checkpointer or WAL already dropped) runs again on the new engine, so
+nothing a user calls fails because of compact(). The writes (`put`,
+`delete`, `put_many`) and `get` keep their own copy of it on their hot
+paths (`_swapped_core`). Only what holds state of the old engine ends: a
+snapshot, or a scan that delivered its first item, taken before the swap
+raises SnapshotTooOldError saying compact() replaced the store's files
+(a scan not yet at its first item starts again on the new engine), and a
+transaction that read before the swap raises ConflictError at its next
+read or commit, which `run_transaction`, `pop` and `setdefault` retry.
 """
 
 from __future__ import annotations
@@ -41,10 +49,10 @@ import time
 from pagestore.diskio import PosixFS, layout
 
 from .backup import copy_config, copy_pairs, remove_tree
+from .errors import SnapshotTooOldError
+from .snapshot import first_batch
 
-__all__ = ["CompactMixin", "space"]
-
-_ONE_AT_A_TIME = threading.Lock()       # a second compact() waits for the first
+__all__ = ["CompactMixin", "on_swap", "space"]
 
 
 class CompactMixin:
@@ -52,12 +60,14 @@ class CompactMixin:
     state, engine and checks these methods use as their own)."""
 
     _resume: threading.Event | None = None      # set while PAUSED, until the swap ends
+    _swap_listener = None                        # `on_swap`
 
     def compact(self) -> dict:
         """Rewrite the store densely and shrink its page file, while it stays
-        open (calls wait for the final swap); returns the figures before and
-        after ("disk_bytes_before", "disk_bytes_after", ...). See
-        pagestore/compaction.py for how it stays crash-safe."""
+        open (calls wait for the final swap, or run again after it; a snapshot
+        taken before it ends: SnapshotTooOldError); returns the figures before
+        and after ("disk_bytes_before", "disk_bytes_after", ...). See
+        pagestore/compaction.py for how it stays crash-safe and for the calls."""
         return self._compact()
 
     def _wait_resumed(self) -> None:
@@ -75,10 +85,57 @@ class CompactMixin:
         core = self._engine.core
         return self._state is State.OPEN and core is not None and not core.closed
 
+    def _on_engine(self, call, *args):
+        """`call(engine, *args)` on the store's engine, the rule of the module
+        docstring: a pause is waited out first, and a call that failed on an
+        engine compact() has replaced meanwhile runs again on the new one.
+        Any other failure on a store closed meanwhile is its ClosedError."""
+        while True:
+            self._check_open()
+            engine = self._engine
+            try:
+                return call(engine, *args)
+            except Exception:  # noqa: BLE001 - re-raised unless the swap caused it
+                if not self._replaced(engine):
+                    self._check_open()
+                    raise
+
+    def _replaced(self, engine) -> bool:
+        """True when compact() has swapped `engine` out and the store is open on
+        its successor (after waiting for a swap under way to end)."""
+        from .database import State
+        if self._state is State.PAUSED:
+            self._resume.wait()
+        return self._engine is not engine and self._state is State.OPEN
+
+    def _held(self, engine):
+        """The check before each read of a snapshot taken on `engine`: the
+        store's own, then SnapshotTooOldError once compact() has replaced
+        that engine (its snapshots ended with it)."""
+        def check() -> None:
+            self._check_open()
+            if self._engine is not engine:
+                raise SnapshotTooOldError(f"{self.path}: compact() replaced the store's files after "
+                                          "this snapshot was taken; take a new one")
+        return check
+
+    def _scan_on(self, engine, lo, hi, reverse):
+        """A scan's snapshot on `engine` and its first batch (snapshot.py `first_batch`)."""
+        return first_batch(engine, self._held(engine), lo, hi, reverse)
+
     def _compact(self) -> dict:
-        with _ONE_AT_A_TIME:
+        with self._one_at_a_time():
             self._check_writable("compact")
             return _rewrite(self)
+
+    def _one_at_a_time(self) -> threading.Lock:
+        """The store's lock for compact() and backup(): a second compaction
+        waits for the first, and a backup and a compaction of one store run
+        one after the other (a backup's snapshot would end at the swap)."""
+        lock = self.__dict__.get("_admin_lock")
+        if lock is None:     # setdefault is atomic: two first callers get the same lock
+            lock = self.__dict__.setdefault("_admin_lock", threading.Lock())
+        return lock
 
     def _pause(self) -> None:
         from .database import State
@@ -88,10 +145,14 @@ class CompactMixin:
     def _resume_with(self, engine) -> None:
         """End the pause: on `engine` (None: the store could not be opened again, CLOSED)."""
         from .database import State
-        if engine is not None:
-            self._bind(engine)
-        self._state = State.OPEN if engine is not None else State.CLOSED
-        self._resume.set()
+        try:
+            if engine is not None:
+                self._bind(engine)
+                if self._swap_listener is not None:
+                    self._swap_listener(engine)
+        finally:
+            self._state = State.OPEN if engine is not None else State.CLOSED
+            self._resume.set()
 
     def _page_cipher(self):
         """The cipher the store's pages are sealed with, or None."""
@@ -100,8 +161,24 @@ class CompactMixin:
     def _close_engine(self) -> None:
         self._engine.close(final_checkpoint=True)
 
+    def _drop(self) -> None:
+        """Let go of this store with no I/O, as a killed process would, unless it
+        is closed: the copy of a compaction that a simulated crash or an
+        interrupt stopped (the next compact() removes its directory)."""
+        from .database import State
+        if self._state is not State.CLOSED:
+            self._abandon()
+
     def _space(self) -> dict:
         return space(self.fs, self.path, getattr(self._engine, "cipher", None), self.checkpoint_state)
+
+
+def on_swap(db, listener) -> None:
+    """From now on compact() calls `listener(engine)` once it has swapped `db`'s
+    engine for `engine` (or opened it again after a failed compaction): in
+    compact()'s thread, after the store took the new engine and before the
+    calls it paused go on. pagestore.aio moves its syncer to the new WAL so."""
+    db._swap_listener = listener
 
 
 def _catch_up(source, target) -> int:
@@ -140,9 +217,12 @@ def _rewrite(db) -> dict:
         target = Database(tmp, copy_config(db), fs)
         try:
             copy_pairs(snap.scan(), target)
-        except BaseException:
+        except Exception:
             target.close()
             remove_tree(fs, tmp)
+            raise
+        except BaseException:
+            target._drop()
             raise
     # 2.-4. paused
     t_pause = time.perf_counter()
@@ -170,6 +250,9 @@ def _rewrite(db) -> dict:
             engine = Engine(path, db.config, fs)
         except Exception:  # noqa: BLE001 - the compaction's own error is the one to raise
             pass
+        raise
+    except BaseException:
+        target._drop()
         raise
     finally:                             # a simulated crash or an interrupt: no I/O, CLOSED
         db._resume_with(engine)

@@ -174,6 +174,8 @@ def _validate(cfg: Config) -> None:
                 _fail("encryption_key", f"key file {key!r} does not exist")
         elif not isinstance(key, (bytes, bytearray)) or len(key) != 32:
             _fail("encryption_key", "must be 32 bytes or the path of a key file")
-    if cfg.wal_archive is not None and not isinstance(cfg.wal_archive, str):
+    if cfg.wal_archive is not None and (not isinstance(cfg.wal_archive, str) or not cfg.wal_archive):
         _fail("wal_archive", "must be a directory path or None")
+    if cfg.wal_archive and os.path.exists(cfg.wal_archive) and not os.path.isdir(cfg.wal_archive):
+        _fail("wal_archive", f"{cfg.wal_archive!r} is not a directory")
     _int(cfg, "wal_archive_size", 1 * MiB)

@@ -24,11 +24,14 @@ types at this boundary, in pagestore/faults.py.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import gc
 import os
+import sys
+import threading
 import weakref
 
-from pagestore import checkpoint as _checkpoint
 from pagestore import diskio
 
 from . import _native
@@ -47,7 +50,7 @@ from .reporting import CheckpointReports
 from .snapshot import Snapshot, scan_snapshot, snapshot_stats
 from .transaction import Transaction
 
-__all__ = ["open", "Database", "State", "ConfigError", "engine_of", "route_commits"]
+__all__ = ["open", "Database", "State", "ConfigError", "engine_of", "route_commits", "commit_failed"]
 
 _ABSENT = object()
 _SLOW = _native.SLOW     # the C read path could not answer: take the ordinary one
@@ -84,6 +87,8 @@ def open(path, *, fs=None, create=True, read_only=False, **options) -> "Database
     """
     cfg = make_config(**options)
     if fs is None:
+        if cfg.wal_archive:             # named long after open too, as the store's own files are
+            cfg = dataclasses.replace(cfg, wal_archive=os.path.abspath(cfg.wal_archive))
         return Database(store_path(path), cfg, diskio.PosixFS(), create=create, read_only=read_only)
     return Database(os.fspath(path), cfg, fs, create=create, read_only=read_only)
 
@@ -101,6 +106,39 @@ def store_path(path) -> str:
     return os.path.abspath(name)
 
 
+# The cyclic collector runs finalizers in whatever thread allocates, in the
+# middle of anything: in a store's own checkpointer, or holding a lock (a
+# file system's, a caller's) the final checkpoint needs. A store dropped
+# there is closed by a thread of its own; dropped anywhere else, at once.
+_collecting = False
+
+
+def _note_collection(phase: str, _info: dict) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+gc.callbacks.append(_note_collection)
+
+
+def _close_dropped(db: "Database") -> None:
+    """Close a store that was dropped without close() (`Database.__del__`)."""
+    if _collecting and not sys.is_finalizing():
+        try:
+            threading.Thread(target=_close_dropped_now, args=(db,), name="pagestore-close").start()
+            return
+        except RuntimeError:      # no new thread at interpreter shutdown
+            pass
+    _close_dropped_now(db)
+
+
+def _close_dropped_now(db: "Database") -> None:
+    try:
+        db.close()
+    except Exception:  # noqa: BLE001 - nobody is left to raise it to
+        pass
+
+
 def engine_of(db: "Database") -> Engine:
     """The parts behind `db` (core, WAL, checkpointer, ...), for tests and tools."""
     return db._engine
@@ -108,10 +146,23 @@ def engine_of(db: "Database") -> Engine:
 
 def route_commits(db: "Database", commit) -> None:
     """From now on `db`'s writes hand their end LSN to `commit(lsn)` instead of
-    the WAL's group commit (pagestore.aio makes them durable from its syncer);
-    kept when compact() swaps the engine."""
+    the WAL's commit, each in two steps (the write, then `commit`); kept when
+    compact() swaps the engine. pagestore.aio completes its loop's writes
+    from its syncer; `commit` must pass every other write on to
+    `engine_of(db).wal.commit`, or it returns before its mode's promise."""
     db._commit_route = db._wal_commit = commit
     db._waited = None
+
+
+def commit_failed(db: "Database", exc: BaseException) -> None:
+    """A commit run for `db`'s writes outside its calls (pagestore.aio's
+    syncer) failed with `exc`: the store takes it as a failed write of its
+    own would be taken (the log's failure: FAILED, writes refused, reads go
+    on). The caller raises the error to its writes."""
+    try:
+        db._raise_failed(exc, "sync")
+    except BaseException:  # noqa: BLE001 - `exc` itself, or its typed form: the caller's to raise
+        pass
 
 
 # Open stores, for the fork hook: a forked child inherits the parent's store
@@ -333,8 +384,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         return (self.get(key, _ABSENT) if v is _SLOW else v) is not _ABSENT
 
     def __len__(self) -> int:
-        self._check_open()
-        return self._engine.core.count()
+        return self._on_engine(lambda engine: engine.core.count())
 
     # -- scans -------------------------------------------------------------------
     def scan(self, start=None, stop=None, *, prefix=None, reverse=False):
@@ -342,58 +392,51 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         as of its first item (a snapshot, docs/transactions.md)."""
         self._check_open()
         lo, hi = bounds(start, stop, prefix)
-        return scan_snapshot(self._engine, self._check_open, lo, hi, reverse)
+        return scan_snapshot(lambda: self._on_engine(self._scan_on, lo, hi, reverse))
 
     # -- transactions, checkpoints, stats --------------------------------------
     def transaction(self) -> Transaction:
         """A serializable transaction: writes buffered, applied atomically at commit,
         or ConflictError when what it read changed meanwhile (docs/transactions.md)."""
         self._check_writable("transaction") if self._state is State.READ_ONLY else self._check_open()
-        return Transaction(self._engine, self._check_open, self._check_writable)
+        return Transaction(self._on_engine, self._held, self._check_open, self._check_writable)
 
     def snapshot(self) -> Snapshot:
         """A read-only view of the store as of now (pagestore/snapshot.py)."""
-        self._check_open()
-        return Snapshot(self._engine, self._check_open)
+        return self._on_engine(lambda engine: Snapshot(engine, self._held(engine)))
 
     def checkpoint(self) -> dict:
         """Run a checkpoint now and wait for it; returns its figures."""
         if self._state is not _OPEN or self._engine.checkpointer is None:   # close() drops it
             self._check_writable("checkpoint")    # waits out a compact()'s pause
-        ckpt = self._engine.checkpointer          # the new engine's, after a swap
         try:
-            return ckpt.checkpoint(wait=True, reason="user")
-        except _checkpoint.CheckpointerError as e:
-            self._check_open()        # closed meanwhile: ClosedError, as for any call
-            if ckpt is not self._engine.checkpointer and self._state is _OPEN:
-                return self.checkpoint()          # compact() replaced the engine meanwhile
-            self._raise_failed(e, "checkpoint")
+            return self._on_engine(lambda engine: engine.checkpointer.checkpoint(wait=True, reason="user"))
         except Exception as e:  # noqa: BLE001 - typed
             self._raise_failed(e, "checkpoint")
 
     def verify(self) -> dict:
         """Walk every page: checksums, order, links, free space. Raises CorruptionError."""
-        self._check_open()
-        verify = self._engine.core.verify
-        try:
-            return verify()
-        except _native.Retry as r:    # page memory full: wait for room, as a read does
-            return self._retry(r, verify, read=True)
+        def walk(engine):
+            try:
+                return engine.core.verify()
+            except _native.Retry as r:    # page memory full: wait for room, as a read does
+                return engine.retry(r, engine.core.verify, read=True)
+        return self._on_engine(walk)
 
     def checkpoint_state(self) -> tuple:
         """(a checkpoint is running, checkpoints completed): two reads without a
         lock, cheap enough to call every few operations (stats() takes the WAL's
         and the checkpointer's locks, which writers contend for)."""
-        ckpt = self._engine.checkpointer     # close() drops it after leaving OPEN
+        ckpt = self._engine.checkpointer     # close() and compact() drop it after leaving OPEN
         if self._state is not _OPEN or ckpt is None:
-            self._check_open()
+            return self._on_engine(lambda engine: engine.checkpointer.running_and_done())
         return ckpt.running_and_done()
 
     def stats(self) -> dict:
         """Counters of the core, WAL, checkpointer, throttle and the last recovery, and
         the space on disk: `disk_bytes`, `live_bytes`, `free_pages` (pagestore/compaction.py)."""
-        self._check_open()
-        return {**self._engine.stats(), **snapshot_stats(self._engine.core), **self._space()}
+        figures = self._on_engine(lambda engine: {**engine.stats(), **snapshot_stats(engine.core)})
+        return {**figures, **self._space()}
 
     # -- closing -----------------------------------------------------------------
     def close(self) -> None:
@@ -428,7 +471,4 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
 
     def __del__(self):
         if self.__dict__.get("_state") in (_OPEN, State.CHECKPOINT_FAILED):
-            try:
-                self.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
+            _close_dropped(self)

@@ -37,7 +37,7 @@ class DurableWrites:
         """Make every write that has returned durable (one group-commit round)."""
         self._check_writable("sync")
         try:
-            self._engine.wal.flush()
+            self._on_engine(lambda engine: engine.wal.flush())   # again after a compact()'s swap
         except Exception as e:  # noqa: BLE001 - typed, and the log's failure noted
             self._raise_failed(e, "sync")
 
@@ -82,8 +82,13 @@ class DurableWrites:
 
     def _sync_to(self, lsn: int) -> None:
         """The second step of a `sync=True` write taken in two: the crash point
-        between the steps, then a group commit up to `lsn`."""
-        wal = self._engine.wal
+        between the steps, then a group commit up to `lsn` (on the new WAL when
+        compact() swapped the engine meanwhile: the old one's close made the
+        write durable, and the new log's durable end is past it)."""
+        self._on_engine(self._flush_to, lsn)
+
+    def _flush_to(self, engine, lsn: int) -> None:
+        wal = engine.wal
         if lsn > wal.durable_lsn:
             self.fs.crash_point("wal.sync_write_logged")
             wal.flush(lsn)

@@ -89,7 +89,8 @@ class ConflictError(Error):
 
 class SnapshotTooOldError(Error):
     """A snapshot was dropped because the writes made since it was taken
-    outgrew the `snapshot_memory` option; take a new one."""
+    outgrew the `snapshot_memory` option, or compact() replaced the store's
+    files after it was taken; take a new one."""
 
 
 class DiskIOError(Error):

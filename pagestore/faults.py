@@ -51,6 +51,8 @@ def describe(path: str | None) -> str:
         return f"the page file {path}"
     if name == layout.LOCK:
         return f"the lock file {path}"
+    if name in (layout.NEWEST, layout.NEWEST + layout.TMP_SUFFIX) and parent == layout.WAL_DIR:
+        return f"the WAL's NEWEST file {path}"
     if parent == layout.WAL_DIR or name == layout.WAL_DIR:
         return f"the WAL {'directory' if name == layout.WAL_DIR else 'segment'} {path}"
     if parent == layout.CP_DIR or name == layout.CP_DIR:

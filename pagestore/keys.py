@@ -8,7 +8,10 @@ __all__ = ["as_key", "as_value", "bounds", "prefix_end"]
 def _bytes_like(x, what: str) -> bytes:
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
-    raise TypeError(f"{what} are bytes-like, not {type(x).__name__}")
+    try:        # any other object with the buffer protocol (array.array, numpy arrays, mmap)
+        return bytes(memoryview(x))
+    except TypeError:
+        raise TypeError(f"{what} are bytes-like, not {type(x).__name__}") from None
 
 
 # Plain bytes, the common case, return before any call (these run on every

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from .cursor import Cursor
-from .errors import ConflictError
+from .errors import ClosedError, ConflictError
 
 __all__ = ["MappingMixin", "pairs_of"]
 
@@ -51,7 +51,13 @@ class MappingMixin:
         # One C call for the whole list, the GIL held (pagestore/_native/fastget.py);
         # a key it cannot serve (a page not in memory, not bytes) goes through `get`.
         self._check_open()
-        return self._fast_get_many(keys if type(keys) is list else list(keys), default, self.get)
+        keys = keys if type(keys) is list else list(keys)
+        try:
+            return self._fast_get_many(keys, default, self.get)
+        except ClosedError as e:      # the reader's core closed under it: compact()'s swap?
+            if self._swapped(e):
+                return self.get_many(keys, default)
+            raise
 
     def values(self) -> Iterator[bytes]:
         """The values in key order (a scan; see `scan` for its consistency)."""

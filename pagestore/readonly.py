@@ -118,7 +118,7 @@ class ReadOnlyEngine(RecoveringStoreMixin):
             os.close(fd)
             raise StoreLockedError(f"{self.path} is open for writing (in another process, or by a "
                                    "store of this process that was not closed): a read_only open "
-                                   "waits until it is closed") from None
+                                   "is refused until it is closed") from None
         return PosixLock(path, fd)      # a forked child drops its copy, as for a writer's lock
 
     def _open(self) -> None:

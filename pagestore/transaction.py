@@ -18,7 +18,10 @@ docs/transactions.md).
 A transaction that only writes takes no snapshot and cannot conflict; one
 that only reads conflicts with nothing either (it is serialized at its
 snapshot). A snapshot dropped at the `snapshot_memory` bound makes the
-transaction's next read, or its commit, raise ConflictError: retry it.
+transaction's next read, or its commit, raise ConflictError: retry it. So
+does a snapshot taken before compact() replaced the store's files; a
+transaction that read nothing commits on the new files (the store's rule
+for calls meeting the swap, pagestore/compaction.py).
 
 Threads may share a transaction: a write that returned is in the commit, and
 one that comes at or after the commit raises ClosedError (a lock orders them;
@@ -52,8 +55,11 @@ class Transaction:
     again (`run_transaction` does so).
     """
 
-    def __init__(self, engine, check_open, check_writable=None):
-        self._engine, self._check_store = engine, check_open
+    def __init__(self, on_engine, held, check_open, check_writable=None):
+        # the store's rule for calls that meet compact()'s swap (`on_engine`
+        # runs a call on its engine, again on the new one), and the check of a
+        # snapshot taken on an engine (`held`: SnapshotTooOldError once replaced)
+        self._on_engine, self._held, self._check_store = on_engine, held, check_open
         # the store's check before a write: a failed background checkpoint is
         # reported to the next write, a commit included
         self._check_writable = check_writable
@@ -61,19 +67,27 @@ class Transaction:
         self._reads = bytearray()
         self._read_keys: set[bytes] = set()
         self._snap: Snapshot | None = None
+        self._snap_engine = None              # the engine the snapshot was taken on
+        self._served = False                  # a read has returned from the snapshot
         self._open = True
         self._lock = threading.Lock()
 
     # -- reads ------------------------------------------------------------------
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self) -> tuple:
+        """(the snapshot, whether this call took it). A read that did not take
+        it marks it read from before reading (`_served`), so `_renew` never
+        replaces a snapshot another read may have returned a value of."""
         snap = self._snap
         if snap is None:
             with self._lock:
                 self._check_open()
                 if self._snap is None:
-                    self._snap = Snapshot(self._engine, self._check_store)
+                    self._snap_engine, self._snap = self._on_engine(
+                        lambda engine: (engine, Snapshot(engine, self._held(engine))))
+                    return self._snap, True
                 snap = self._snap
-        return snap
+        self._served = True
+        return snap, False
 
     def _read(self, key: bytes, default):
         """key's value (default if absent) as this transaction sees it; a read of
@@ -81,17 +95,33 @@ class Transaction:
         v = self._writes.get(key)
         if v is not None:
             return default if v is _DELETED else v
-        snap = self._snapshot()
+        snap, fresh = self._snapshot()
         if key not in self._read_keys:         # each key checked once at commit
             with self._lock:
                 self._read_keys.add(key)
                 self._reads += _READ_KEY.pack(1, len(key))
                 self._reads += key
         try:
-            return snap.get(key, default)
+            v = snap.get(key, default)
         except SnapshotTooOldError as e:
-            raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "
-                                "bound; nothing was applied (run it again)") from e
+            if fresh and self._renew(snap):
+                return self._read(key, default)
+            raise _ended(self._snap_engine) from e
+        self._served = True
+        return v
+
+    def _renew(self, snap) -> bool:
+        """`snap`, taken by the read that failed, ended before any other read
+        used it because compact() replaced its engine: nothing was seen, so a
+        snapshot taken now will do (True: read again)."""
+        with self._lock:
+            if self._snap is not snap:
+                return True                   # another read renewed it
+            if self._served or not self._snap_engine.core.closed:
+                return False
+            self._snap = None
+        snap.release()
+        return True
 
     def get(self, key, default=None):
         """The value under `key` as this transaction sees it, or `default`."""
@@ -112,7 +142,8 @@ class Transaction:
         key order within [start, stop), optionally by prefix or reversed."""
         self._check_open()
         lo, hi = bounds(start, stop, prefix)
-        snap = self._snapshot()
+        snap, _ = self._snapshot()
+        self._served = True                   # a scan's snapshot is never renewed
         with self._lock:
             self._reads += _READ_RANGE.pack(2, (lo is not None) | (hi is not None) << 1,
                                             len(lo or b""), len(hi or b""))
@@ -149,8 +180,7 @@ class Transaction:
                     continue
                 yield k, v
         except SnapshotTooOldError as e:
-            raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "
-                                "bound; nothing was applied (run it again)") from e
+            raise _ended(self._snap_engine) from e
         for k in mine[i:]:
             w = writes[k]
             if w is not _DELETED:
@@ -196,14 +226,29 @@ class Transaction:
             if ops:
                 if self._check_writable is not None:
                     self._check_writable("commit")
-                self._apply(ops, reads, snap)
+                self._commit_ops(ops, reads, snap)
         finally:
             if snap is not None:
                 snap.release()
 
-    def _apply(self, ops: bytes, reads: bytes, snap) -> None:
-        engine = self._engine
-        core = engine.core
+    def _commit_ops(self, ops: bytes, reads: bytes, snap) -> None:
+        """Apply `ops` on the engine the reads were made on, checking them; with
+        nothing read to check, on the store's engine (compact() may swap it)."""
+        if snap is None or not reads:
+            return self._on_engine(self._apply, ops, b"", None)
+        engine = self._snap_engine
+        try:
+            self._apply(engine, ops, reads, snap)
+        except ClosedError as e:              # the core refused it: nothing applied
+            self._check_store()               # the store closed: its own ClosedError
+            if engine.core.closed:            # compact() replaced the engine it read from
+                raise _ended(engine) from e
+            raise
+
+    def _apply(self, engine, ops: bytes, reads: bytes, snap) -> None:
+        # the WAL taken first: once the core applied the ops, the write stands
+        # even if compact() closes this engine before its commit returns
+        core, wal = engine.core, engine.wal
         if snap is None or not reads:
             fn, args = core.apply_batch, (ops,)
         else:
@@ -214,9 +259,15 @@ class Transaction:
                 lsn = fn(*args)
             except _native.Retry as r:
                 lsn = engine.retry(r, fn, *args)
-            engine.wal.commit(lsn)
+            wal.commit(lsn)
+        except ConflictError as e:
+            if _dropped(core, snap):
+                raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "
+                                    "bound, so what it read could not be checked; nothing was "
+                                    "applied (run it again)") from e
+            raise
         except Exception as e:  # noqa: BLE001 - a pagestore.Error (pagestore/faults.py)
-            faults.reraise(e, "commit", engine.wal, lsn)
+            faults.reraise(e, "commit", wal, lsn)
         if engine.signals.throttle_hint:
             engine.throttle.check()
 
@@ -243,6 +294,28 @@ class Transaction:
         if not self._open:
             raise ClosedError("transaction already committed or rolled back")
         self._check_store()
+
+
+def _dropped(core, snap) -> bool:
+    """Whether `snap` was dropped at the snapshot_memory bound. The core's commit
+    answers a conflict for a dropped snapshot too (it cannot check the reads);
+    asked after that answer: a snapshot live now was live at the commit (a drop
+    is final), so its conflict was a real write."""
+    try:
+        core.snap_get(snap.handle, b"")
+    except SnapshotTooOldError:
+        return True
+    except Exception:  # noqa: BLE001 - no answer: the commit's own error stands
+        return False
+    return False
+
+
+def _ended(engine) -> ConflictError:
+    """The ConflictError of a transaction whose snapshot (taken on `engine`) ended:
+    compact() replaced the store's files, or the `snapshot_memory` bound dropped it."""
+    why = ("compact() replaced the store's files after the transaction's snapshot was taken"
+           if engine.core.closed else "the transaction's snapshot was dropped at the 'snapshot_memory' bound")
+    return ConflictError(f"{why}; nothing was applied (run it again)")
 
 
 def run_transaction(db, fn, *, attempts: int = 100):

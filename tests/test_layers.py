@@ -331,7 +331,7 @@ def test_the_private_read_check_sees_a_read_into_another_object(tmp_path):
 # -- the public names of pagestore ----------------------------------------------------
 
 PUBLIC = [
-    "__version__", "open", "Database", "Transaction", "Snapshot", "Config",
+    "__version__", "open", "run_transaction", "Database", "Transaction", "Snapshot", "Config", "Cursor", "State",
     "Error", "ClosedError", "ConfigError", "ConflictError", "SnapshotTooOldError", "CorruptionError",
     "EncryptionError", "KeyTooLargeError", "StoreLockedError", "TransactionTooLargeError",
     "ValueTooLargeError", "NotAStoreError", "ReadOnlyError", "RecoveryNeededError", "StoreNotFoundError",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 
 from .. import errors as _errors
-from . import PS_E_NEED_SPACE, PS_E_NOT_FOUND, ffi, lib
+from . import MAX_KEY, PS_E_NEED_SPACE, PS_E_NOT_FOUND, ffi, lib
 
 __all__ = ["SnapshotHooks"]
 
@@ -88,6 +88,8 @@ class SnapshotHooks:
         if n >= 0:
             return ffi.unpack(buf, n)
         if n == PS_E_NOT_FOUND:
+            if len(key) > MAX_KEY:      # the core says "not found"; refused as ps_get refuses it
+                self._raise(lib.PS_E_TOO_LARGE, len(key))
             return None
         self._snap_raise(n, len(key))
 

@@ -256,3 +256,34 @@ def test_checkpoint_state_agrees_with_stats(db):
     db.checkpoint()
     running, done = db.checkpoint_state()
     assert not running and done == before[1] + 1 == db.stats()["checkpoints"]
+
+
+def test_any_object_with_the_buffer_protocol_is_a_bytes_like_key_or_value(db):
+    import array
+    db.put(array.array("B", b"ak"), array.array("B", b"av"))
+    db.put_many([(array.array("B", b"bk"), array.array("i", [1]))])
+    assert db[array.array("B", b"ak")] == b"av" and db[b"bk"] == b"\x01\x00\x00\x00"
+    with db.transaction() as txn:
+        assert txn.get(array.array("B", b"ak")) == b"av"
+        txn.put(array.array("B", b"ck"), array.array("B", b"cv"))
+    assert db[b"ck"] == b"cv"
+    with pytest.raises(TypeError, match="bytes-like"):
+        db.put(b"k", 1)
+
+
+def test_a_key_longer_than_max_key_raises_key_too_large_on_every_read(db):
+    long = b"k" * 1025
+    reads = {
+        "db.get": lambda: db.get(long),
+        "snapshot.get": lambda: db.snapshot().get(long),
+        "transaction.get": lambda: db.transaction().get(long),
+        "key in transaction": lambda: long in db.transaction(),
+        "transaction.delete": lambda: db.transaction().delete(long),
+    }
+    outcomes = {}
+    for name, read in reads.items():
+        try:
+            outcomes[name] = f"returned {read()!r}"
+        except pagestore.KeyTooLargeError as e:
+            outcomes[name] = "KeyTooLargeError" if "1025" in str(e) else str(e)
+    assert outcomes == dict.fromkeys(reads, "KeyTooLargeError")

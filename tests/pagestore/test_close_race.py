@@ -184,3 +184,42 @@ def test_verify_under_memory_pressure_waits_for_room_instead_of_leaking_retry(tm
             t.join()
         db.close()
     assert errors == [] and ok[0] > 0, (ok, errors[:3])
+
+
+def test_a_store_dropped_inside_the_collector_is_closed_without_waiting_there():
+    # The collector runs a dropped store's finalizer in whatever thread it
+    # interrupts. Here that thread holds the file system's lock, which the
+    # store's final checkpoint needs: a close waiting inline would never end.
+    import gc
+    import threading
+    import time
+    from pagestore.diskio import SimFS
+    opts = dict(memory_size=8 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600)
+    sim = SimFS()
+    gc.disable()                          # the cycle is collected below, under the lock, not before
+    try:
+        db = pagestore.open("/s", fs=sim, **opts)
+        db.put_many((b"k%05d" % i, b"v" * 100) for i in range(500))
+        cycle = [db]
+        cycle.append(cycle)
+        del db, cycle
+        collected = threading.Event()
+
+        def collect_holding_the_fs_lock():
+            with sim._lock:
+                gc.collect()
+            collected.set()
+        threading.Thread(target=collect_holding_the_fs_lock, daemon=True).start()
+        assert collected.wait(60), "the collector waited for the dropped store's close"
+    finally:
+        gc.enable()
+    deadline = time.monotonic() + 60      # closed by its own thread, soon after
+    while True:
+        try:
+            db2 = pagestore.open("/s", fs=sim, **opts)
+            break
+        except pagestore.StoreLockedError:
+            assert time.monotonic() < deadline, "the dropped store was never closed"
+            time.sleep(0.05)
+    with db2:
+        assert len(db2) == 500

@@ -1,5 +1,6 @@
 """db.backup(dest) / `python -m pagestore backup`: hot, one moment of the store, opens and verifies."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -108,3 +109,53 @@ def test_a_backup_of_an_encrypted_store_needs_its_key(tmp_path):
         assert copy[b"k042"] == b"secret"
     with pytest.raises(pagestore.EncryptionError):
         pagestore.open(tmp_path / "copy", **SMALL)
+
+
+# -- every failure of backup() is a pagestore.Error naming the destination ----------------------
+def test_a_backup_to_a_path_that_is_a_file_raises_not_a_store_error_naming_it(tmp_path):
+    (tmp_path / "afile").write_text("keep me")
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        with pytest.raises(pagestore.NotAStoreError) as e:
+            db.backup(tmp_path / "afile")
+    assert e.value.path == str(tmp_path / "afile") and str(tmp_path / "afile") in str(e.value)
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_a_backup_to_an_empty_path_raises_config_error_and_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        for empty in ("", b""):
+            with pytest.raises(pagestore.ConfigError, match="empty"):
+                db.backup(empty)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_backup_takes_a_bytes_destination(tmp_path):
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        info = db.backup(os.fsencode(tmp_path / "copy"))
+    assert info["path"] == str(tmp_path / "copy")
+    with pagestore.open(tmp_path / "copy", create=False, **SMALL) as copy:
+        assert copy[b"a"] == b"1"
+
+
+def test_a_backup_whose_last_sync_fails_raises_a_pagestore_error_and_removes_the_copy(tmp_path):
+    from pagestore.diskio import errors as diskio_errors
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        fs, real = db.fs, db.fs.fsync_dir
+
+        def failing(path):
+            if path == str(tmp_path):       # the copy's parent: the backup's own last step
+                raise diskio_errors.make_error(errno.EIO, "Input/output error", path)
+            return real(path)
+        fs.fsync_dir = failing
+        try:
+            with pytest.raises(pagestore.DiskIOError) as e:
+                db.backup(tmp_path / "copy")
+        finally:
+            del fs.fsync_dir
+    assert e.value.operation == "backup" and e.value.path == str(tmp_path) and str(tmp_path) in str(e.value)
+    assert not (tmp_path / "copy").exists()

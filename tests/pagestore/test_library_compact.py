@@ -232,3 +232,45 @@ def test_a_checkpoint_that_reached_the_old_checkpointer_as_compact_swapped_it_ru
     db.close()
     with pagestore.open(tmp_path / "s", **SMALL) as db:
         assert dict(db.scan()) == left
+
+
+def interrupt_in_step_1(db, monkeypatch):
+    def copy_then_interrupt(pairs, target):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("pagestore.compaction.copy_pairs", copy_then_interrupt)
+
+
+def interrupt_in_step_2(db, monkeypatch):
+    close = db._close_engine
+
+    def close_then_interrupt():
+        close()
+        raise KeyboardInterrupt      # the copy is open: not yet brought up to date
+    db._close_engine = close_then_interrupt
+
+
+@pytest.mark.parametrize("interrupt", [interrupt_in_step_1, interrupt_in_step_2])
+def test_a_compaction_stopped_by_an_interrupt_leaves_no_thread_of_its_copy_and_no_lock(tmp_path, interrupt,
+                                                                                       monkeypatch):
+    path = tmp_path / "s"
+    db = pagestore.open(path, **SMALL)
+    left = fill_then_delete_90_percent(db, 3000)
+    interrupt(db, monkeypatch)
+    before = set(threading.enumerate())
+    stopped = None
+    try:
+        db.compact()
+    except KeyboardInterrupt as e:
+        stopped = e      # its traceback keeps compact()'s frame alive, and a copy left open with it
+    assert stopped is not None
+    started = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert started == [], f"the copy's threads still run: {started}"
+    monkeypatch.undo()
+    if (path / "compact.tmp").exists():
+        with pagestore.open(path / "compact.tmp", create=False, **SMALL):
+            pass                          # its LOCK was let go (StoreLockedError otherwise)
+    db.close()
+    with pagestore.open(path, **SMALL) as db:
+        assert dict(db.scan()) == left
+        db.compact()                      # and the next compaction clears what was left
+        assert not (path / "compact.tmp").exists() and dict(db.scan()) == left

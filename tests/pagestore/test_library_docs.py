@@ -41,3 +41,15 @@ def test_a_missing_docstring_is_reported_by_name(gen, monkeypatch):
     monkeypatch.setattr(Cursor.first, "__doc__", None)
     _text, missing = gen.render()
     assert "Cursor.first" in missing
+
+
+def test_every_name_docs_api_md_documents_is_importable_from_pagestore():
+    import re
+
+    import pagestore
+    with open(os.path.join(ROOT, "docs", "api.md"), encoding="utf-8") as f:
+        text = f.read()
+    names = {m.group(1) for m in re.finditer(r"^##+ `(?:pagestore\.)?(\w+)", text, re.M)}
+    names = {n for n in names if n[0].isupper() or n in ("open", "run_transaction")}
+    assert names >= {"Database", "Cursor", "State", "run_transaction"}
+    assert sorted(n for n in names if not hasattr(pagestore, n)) == []

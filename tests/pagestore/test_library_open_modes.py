@@ -229,3 +229,20 @@ def test_bytes_paths_open_the_same_store_and_an_empty_path_is_refused(tmp_path):
         with pytest.raises(pagestore.ConfigError, match="empty"):
             pagestore.open(empty, **SMALL)
     assert tree_state(tmp_path) == before
+
+
+def test_a_wal_archive_that_is_empty_or_a_file_is_refused_at_open_and_a_relative_one_stays_put(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_bytes(b"x")
+    for bad in ("", str(tmp_path / "afile")):
+        with pytest.raises(pagestore.ConfigError, match="wal_archive"):
+            pagestore.open(tmp_path / "s", wal_archive=bad, **SMALL)
+    assert not (tmp_path / "s").exists()
+    monkeypatch.chdir(tmp_path)
+    with pagestore.open("s", wal_archive="arch", wal_segment_size=1 << 20, **SMALL) as db:
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        for i in range(3):
+            db.put_many((b"k%d-%06d" % (i, j), b"x" * 100) for j in range(12_000))
+            db.checkpoint()                  # trims segments into the archive
+    assert any((tmp_path / "arch").iterdir())
+    assert not (tmp_path / "elsewhere" / "arch").exists()

@@ -296,3 +296,11 @@ def test_inspect_lists_the_wal_archive(tmp_path, capsys):
     assert archive["first_seq"] < max(live)
     status, out, _ = run(capsys, "inspect", path, "--archive", str(tmp_path / "missing"))
     assert status == 2
+
+
+def test_the_top_level_help_does_not_call_the_tools_read_only_when_backup_and_compact_write():
+    r = subprocess.run([sys.executable, "-m", "pagestore", "--help"], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=60)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "(read-only)" not in text
+    assert "backup writes a copy" in text and "compact rewrites the store" in text
