@@ -441,12 +441,19 @@ class Segments(SparePreparer, Growth):
 
     # -- teardown ------------------------------------------------------------
     def join(self) -> None:
-        """Stop preparing spares; wait for one being prepared."""
+        """Stop preparing spares; wait for one being prepared, and for the grower
+        thread to end (a store that returned from close or abandon runs none)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
             while self._preparer is not None or self._growing:
                 self._cond.wait()
+            grower = self._grower
+        if grower is not None and grower is not threading.current_thread():
+            try:
+                grower.join()
+            except RuntimeError:       # made but not started: it sees _stopping at once
+                pass
 
     def close(self) -> None:
         """Stop the background threads and release every live segment and the spare."""
