@@ -52,6 +52,11 @@ def open(path, **options):  # noqa: A001 - the public name
     return _open(path, **options)
 
 
+def __dir__():
+    """The module's names, with those `__getattr__` imports on first use."""
+    return sorted(set(globals()) | set(__all__) | {"aio"})
+
+
 def __getattr__(name):
     if name == "Database":
         from .database import Database

@@ -25,9 +25,9 @@ import time
 from pagestore.diskio import PosixFS
 
 from . import faults
-from .errors import ConfigError, Error, NotAStoreError
+from .errors import ConfigError, Error, NotAStoreError, SnapshotTooOldError
 
-__all__ = ["BackupMixin", "backup", "copy_pairs", "destination", "remove_tree"]
+__all__ = ["BackupMixin", "backup", "copy_pairs", "destination", "outran", "remove_tree"]
 
 BATCH_BYTES = 1 << 20       # one put_many of the copy: small next to any page memory
 
@@ -42,7 +42,9 @@ class BackupMixin:
         its own (pagestore/backup.py). A `dest` that is a file or not empty
         raises NotAStoreError, an empty one ConfigError, before anything is
         written. A compact() of the store waits for it, or it for one (the
-        copy's snapshot would not outlive the compaction's swap)."""
+        copy's snapshot would not outlive the compaction's swap). Writes that
+        outgrow `snapshot_memory` while it copies make it raise
+        SnapshotTooOldError, nothing left at `dest`."""
         with self._one_at_a_time():
             return backup(self, dest)
 
@@ -115,6 +117,8 @@ def backup(db, dest) -> dict:
     snap = db.snapshot()                # the moment the copy is of: before any check can wait
     try:
         keys, size = _copy(db, snap, dest)
+    except SnapshotTooOldError as e:
+        raise outran(db, "backup", f"nothing is left at {dest}") from e
     except Exception as e:  # noqa: BLE001 - an inner layer's failure becomes a pagestore.Error
         faults.reraise(e, "backup")
     finally:
@@ -122,12 +126,23 @@ def backup(db, dest) -> dict:
     return {"path": dest, "keys": keys, "bytes": size, "seconds": time.perf_counter() - t0}
 
 
+def outran(db, operation: str, left: str) -> SnapshotTooOldError:
+    """The error of a backup or compaction whose copy's snapshot was dropped:
+    the writes made meanwhile outgrew `snapshot_memory`."""
+    mib = db.config.snapshot_memory / (1 << 20)
+    return SnapshotTooOldError(
+        f"{operation} of {db.path}: the writes made while it copied the store outgrew snapshot_memory "
+        f"({mib:g} MiB), which its consistent copy needs; {left}. Run it when writes are quieter, or "
+        f"open the store with a larger snapshot_memory")
+
+
 def _copy(db, snap, dest: str) -> tuple[int, int]:
     """Check `dest`, write `snap`'s pairs into a new store there; (keys, bytes).
     On a failure after the checks, what it created at `dest` is removed."""
     from .database import Database
     fs = db.fs
-    if (posixpath.abspath(dest) + "/").startswith(posixpath.abspath(db.path) + "/"):
+    real = os.path.realpath if isinstance(fs, PosixFS) else posixpath.abspath   # a symlink may lead inside
+    if (real(dest) + "/").startswith(real(db.path) + "/"):
         raise Error(f"backup destination {dest} is inside the store {db.path}: choose another directory")
     names = _entries(fs, dest)
     existed = names is not None

@@ -48,7 +48,7 @@ import time
 
 from pagestore.diskio import PosixFS, layout
 
-from .backup import copy_config, copy_pairs, remove_tree
+from .backup import copy_config, copy_pairs, outran, remove_tree
 from .errors import SnapshotTooOldError
 from .snapshot import first_batch
 
@@ -66,7 +66,9 @@ class CompactMixin:
         """Rewrite the store densely and shrink its page file, while it stays
         open (calls wait for the final swap, or run again after it; a snapshot
         taken before it ends: SnapshotTooOldError); returns the figures before
-        and after ("disk_bytes_before", "disk_bytes_after", ...). See
+        and after ("disk_bytes_before", "disk_bytes_after", ...). Writes that
+        outgrow `snapshot_memory` while it copies make it raise
+        SnapshotTooOldError, the store left as it was. See
         pagestore/compaction.py for how it stays crash-safe and for the calls."""
         return self._compact()
 
@@ -217,9 +219,11 @@ def _rewrite(db) -> dict:
         target = Database(tmp, copy_config(db), fs)
         try:
             copy_pairs(snap.scan(), target)
-        except Exception:
+        except Exception as e:
             target.close()
             remove_tree(fs, tmp)
+            if isinstance(e, SnapshotTooOldError):
+                raise outran(db, "compact()", "the store is as it was") from e
             raise
         except BaseException:
             target._drop()
@@ -251,10 +255,17 @@ def _rewrite(db) -> dict:
         except Exception:  # noqa: BLE001 - the compaction's own error is the one to raise
             pass
         raise
-    except BaseException:
+    except BaseException as stop:
         target._drop()
+        if isinstance(stop, KeyboardInterrupt) and engine is None:
+            # Ctrl-C: the compaction stops, the store goes on (on whichever
+            # page file is whole), as after a failure above
+            try:
+                engine = Engine(path, db.config, fs)
+            except BaseException:  # noqa: BLE001 - the interrupt is the one to raise
+                pass
         raise
-    finally:                             # a simulated crash or an interrupt: no I/O, CLOSED
+    finally:                             # a simulated crash: no I/O, CLOSED
         db._resume_with(engine)
     paused = time.perf_counter() - t_pause
     after = db._space()

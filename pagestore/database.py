@@ -85,12 +85,17 @@ def open(path, *, fs=None, create=True, read_only=False, **options) -> "Database
     `fs` is the diskio FileSystem to use; tests pass the crash simulator.
     Every other keyword is an option of `Config` (see docs/options.md).
     """
+    if options.get("wal_archive") is not None and isinstance(options["wal_archive"], (bytes, os.PathLike)):
+        options["wal_archive"] = os.fsdecode(os.fspath(options["wal_archive"]))
     cfg = make_config(**options)
     if fs is None:
         if cfg.wal_archive:             # named long after open too, as the store's own files are
             cfg = dataclasses.replace(cfg, wal_archive=os.path.abspath(cfg.wal_archive))
-        return Database(store_path(path), cfg, diskio.PosixFS(), create=create, read_only=read_only)
-    return Database(os.fspath(path), cfg, fs, create=create, read_only=read_only)
+        path = store_path(path)
+    else:
+        path = os.fspath(path)
+    _wait_dropped_close(path)
+    return Database(path, cfg, fs or diskio.PosixFS(), create=create, read_only=read_only)
 
 
 def store_path(path) -> str:
@@ -121,11 +126,21 @@ def _note_collection(phase: str, _info: dict) -> None:
 gc.callbacks.append(_note_collection)
 
 
+# path -> the thread closing a store dropped there: an open of that path in
+# this process waits for it, as it would have found the store closed had the
+# close run inline.
+_dropped_closes: "dict[str, threading.Thread]" = {}
+_dropped_lock = threading.Lock()
+
+
 def _close_dropped(db: "Database") -> None:
     """Close a store that was dropped without close() (`Database.__del__`)."""
     if _collecting and not sys.is_finalizing():
+        t = threading.Thread(target=_close_dropped_now, args=(db,), name="pagestore-close")
+        with _dropped_lock:
+            _dropped_closes[db.path] = t
         try:
-            threading.Thread(target=_close_dropped_now, args=(db,), name="pagestore-close").start()
+            t.start()
             return
         except RuntimeError:      # no new thread at interpreter shutdown
             pass
@@ -137,6 +152,18 @@ def _close_dropped_now(db: "Database") -> None:
         db.close()
     except Exception:  # noqa: BLE001 - nobody is left to raise it to
         pass
+    finally:
+        with _dropped_lock:
+            if _dropped_closes.get(db.path) is threading.current_thread():
+                del _dropped_closes[db.path]
+
+
+def _wait_dropped_close(path: str) -> None:
+    """Before an open of `path`: the close of a store dropped there, if one is running."""
+    with _dropped_lock:
+        t = _dropped_closes.get(path)
+    if t is not None and t is not threading.current_thread():
+        t.join()
 
 
 def engine_of(db: "Database") -> Engine:

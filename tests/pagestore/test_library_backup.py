@@ -159,3 +159,14 @@ def test_a_backup_whose_last_sync_fails_raises_a_pagestore_error_and_removes_the
             del fs.fsync_dir
     assert e.value.operation == "backup" and e.value.path == str(tmp_path) and str(tmp_path) in str(e.value)
     assert not (tmp_path / "copy").exists()
+
+
+def test_a_backup_through_a_symlink_into_the_store_is_refused_and_the_store_still_opens(tmp_path):
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db.put(b"k", b"v")
+        os.symlink(tmp_path / "src", tmp_path / "link")
+        with pytest.raises(pagestore.Error, match="inside the store"):
+            db.backup(tmp_path / "link" / "bk")
+    assert not (tmp_path / "src" / "bk").exists()
+    with pagestore.open(tmp_path / "src", create=False, **SMALL) as db:
+        assert db.get(b"k") == b"v"

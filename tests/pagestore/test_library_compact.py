@@ -263,14 +263,41 @@ def test_a_compaction_stopped_by_an_interrupt_leaves_no_thread_of_its_copy_and_n
     except KeyboardInterrupt as e:
         stopped = e      # its traceback keeps compact()'s frame alive, and a copy left open with it
     assert stopped is not None
+    assert db.state is pagestore.State.OPEN           # Ctrl-C stops the compaction, not the store
+    db.put(b"after-interrupt", b"1")
+    left[b"after-interrupt"] = b"1"
+    db.close()                            # the store's own threads end: only a copy's could be left
     started = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
     assert started == [], f"the copy's threads still run: {started}"
     monkeypatch.undo()
     if (path / "compact.tmp").exists():
         with pagestore.open(path / "compact.tmp", create=False, **SMALL):
             pass                          # its LOCK was let go (StoreLockedError otherwise)
-    db.close()
     with pagestore.open(path, **SMALL) as db:
         assert dict(db.scan()) == left
         db.compact()                      # and the next compaction clears what was left
         assert not (path / "compact.tmp").exists() and dict(db.scan()) == left
+
+
+@pytest.mark.parametrize("operation", ["compact", "backup"])
+def test_writes_that_outgrow_snapshot_memory_during_a_copy_fail_it_naming_the_option_and_leave_no_trace(
+        tmp_path, operation, monkeypatch):
+    import pagestore.backup as backup_module
+    import pagestore.compaction as compaction_module
+    db = pagestore.open(tmp_path / "s", snapshot_memory=4096, **SMALL)
+    db.put_many((b"k%05d" % i, b"a" * 400) for i in range(2000))
+    module = compaction_module if operation == "compact" else backup_module
+    copy = module.copy_pairs
+
+    def overwrite_then_copy(pairs, target):
+        for i in range(200):             # ~80 KB of before-images for the copy's snapshot
+            db.put(b"k%05d" % i, b"b" * 400)
+        return copy(pairs, target)
+    monkeypatch.setattr(module, "copy_pairs", overwrite_then_copy)
+    with pytest.raises(pagestore.SnapshotTooOldError, match="snapshot_memory") as e:
+        db.compact() if operation == "compact" else db.backup(tmp_path / "bk")
+    assert str(tmp_path / "s") in str(e.value) and operation in str(e.value)
+    assert db.state is pagestore.State.OPEN
+    assert not (tmp_path / "s" / "compact.tmp").exists() and not (tmp_path / "bk").exists()
+    monkeypatch.undo()
+    db.close()

@@ -246,3 +246,11 @@ def test_a_wal_archive_that_is_empty_or_a_file_is_refused_at_open_and_a_relative
             db.checkpoint()                  # trims segments into the archive
     assert any((tmp_path / "arch").iterdir())
     assert not (tmp_path / "elsewhere" / "arch").exists()
+    for given in (tmp_path / "arch", os.fsencode(tmp_path / "arch")):    # as the store's path is taken
+        with pagestore.open(tmp_path / "s", create=False, wal_archive=given, wal_segment_size=1 << 20,
+                            **SMALL) as db:
+            assert len(db) == 36_000
+
+
+def test_dir_of_pagestore_lists_every_public_name():
+    assert set(pagestore.__all__) <= set(dir(pagestore))
