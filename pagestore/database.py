@@ -426,7 +426,8 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         """A serializable transaction: writes buffered, applied atomically at commit,
         or ConflictError when what it read changed meanwhile (docs/transactions.md)."""
         self._check_writable("transaction") if self._state is State.READ_ONLY else self._check_open()
-        return Transaction(self._on_engine, self._held, self._check_open, self._check_writable)
+        return Transaction(self._on_engine, self._held, self._check_open, self._check_writable,
+                           lambda: self._commit_route)
 
     def snapshot(self) -> Snapshot:
         """A read-only view of the store as of now (pagestore/snapshot.py)."""

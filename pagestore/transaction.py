@@ -55,11 +55,15 @@ class Transaction:
     again (`run_transaction` does so).
     """
 
-    def __init__(self, on_engine, held, check_open, check_writable=None):
+    def __init__(self, on_engine, held, check_open, check_writable=None, route=None):
         # the store's rule for calls that meet compact()'s swap (`on_engine`
         # runs a call on its engine, again on the new one), and the check of a
         # snapshot taken on an engine (`held`: SnapshotTooOldError once replaced)
         self._on_engine, self._held, self._check_store = on_engine, held, check_open
+        # the store's commit route, if one is set (`database.route_commits`:
+        # pagestore.aio completes its loop's commits from its syncer, so an
+        # awaited commit does not wait for its fdatasync on the loop)
+        self._route = route
         # the store's check before a write: a failed background checkpoint is
         # reported to the next write, a commit included
         self._check_writable = check_writable
@@ -259,7 +263,8 @@ class Transaction:
                 lsn = fn(*args)
             except _native.Retry as r:
                 lsn = engine.retry(r, fn, *args)
-            wal.commit(lsn)
+            commit = self._route() if self._route is not None else None
+            (commit or wal.commit)(lsn)
         except ConflictError as e:
             if _dropped(core, snap):
                 raise ConflictError("the transaction's snapshot was dropped at the 'snapshot_memory' "

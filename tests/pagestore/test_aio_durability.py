@@ -193,3 +193,33 @@ def test_awaits_completed_at_once_still_let_other_tasks_run(tmp_path, mode):
     during_puts, during_gets = run(main())
     # (one yield every few hundred: 25 each here; none before)
     assert during_puts >= 20 and during_gets >= 20, (during_puts, during_gets)
+
+
+def test_an_awaited_transaction_commit_waits_for_its_fdatasync_off_the_loop(tmp_path):
+    # fsync mode: the commit is applied on the loop and made durable by the
+    # syncer, as a put is; the loop's thread never waits in the WAL's commit
+    import threading
+
+    async def main():
+        adb = await pagestore.aio.open(tmp_path / "s", wal_mode="fsync", **OPTS)
+        wal = engine_of(adb.database).wal
+        commit, waited_in = wal.commit, []
+
+        def recording_commit(lsn):
+            waited_in.append(threading.get_ident())
+            return commit(lsn)
+        wal.commit = recording_commit
+        try:
+            for i in range(20):
+                async with adb.transaction() as tx:
+                    tx.put(b"k%02d" % i, b"v")
+                st = adb.database.stats()              # durable when the await completed
+                assert st["wal_durable_lsn"] >= st["wal_end_lsn"]
+        finally:
+            del wal.commit
+        await adb.close()
+        return waited_in, threading.get_ident()
+    waited_in, loop_thread = run(main())
+    assert loop_thread not in waited_in
+    with pagestore.open(tmp_path / "s", create=False, **OPTS) as db:
+        assert len(db) == 20
