@@ -57,26 +57,16 @@ def __dir__():
     return sorted(set(globals()) | set(__all__) | {"aio"})
 
 
+# Names imported on first use, and the module that has them: `import
+# pagestore` stays cheap (no C core loaded until a store is opened).
+_LAZY = {"Database": "database", "State": "database", "Transaction": "transaction",
+         "run_transaction": "transaction", "Snapshot": "snapshot", "Cursor": "cursor"}
+
+
 def __getattr__(name):
-    if name == "Database":
-        from .database import Database
-        return Database
-    if name == "Transaction":
-        from .transaction import Transaction
-        return Transaction
-    if name == "Snapshot":
-        from .snapshot import Snapshot
-        return Snapshot
-    if name == "run_transaction":
-        from .transaction import run_transaction
-        return run_transaction
-    if name == "Cursor":
-        from .cursor import Cursor
-        return Cursor
-    if name == "State":
-        from .database import State
-        return State
+    import importlib
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     if name == "aio":                   # the asyncio surface, `pagestore.aio.open`
-        import importlib
         return importlib.import_module(__name__ + ".aio")
     raise AttributeError(f"module 'pagestore' has no attribute {name!r}")

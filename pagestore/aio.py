@@ -54,7 +54,7 @@ from . import database as _database
 from . import faults
 from .errors import ClosedError, Error, ReadOnlyError
 from .lifecycle import Lifecycle
-from .syncer import QUICK_YIELD, Syncer, loop_can_watch
+from .syncer import Syncer, loop_can_watch
 
 __all__ = ["open", "AsyncDatabase", "AsyncTransaction", "WrongLoopError"]
 
@@ -247,9 +247,7 @@ class AsyncDatabase(Syncer, Lifecycle):
         """The value under `key`, or `default`."""
         self._check()
         v = self._db.get(key, default)
-        self._quick += 1
-        if self._quick >= QUICK_YIELD:
-            self._quick = 0
+        if self._yield_due():
             await asyncio.sleep(0)
         return v
 
@@ -257,9 +255,7 @@ class AsyncDatabase(Syncer, Lifecycle):
         """The values under `keys`, in order (`default` where absent)."""
         self._check()
         vs = self._db.get_many(keys, default)
-        self._quick += 1
-        if self._quick >= QUICK_YIELD:
-            self._quick = 0
+        if self._yield_due():
             await asyncio.sleep(0)
         return vs
 

@@ -25,9 +25,9 @@ import time
 from pagestore.diskio import PosixFS
 
 from . import faults
-from .errors import ConfigError, Error, NotAStoreError, SnapshotTooOldError
+from .errors import Error, NotAStoreError, SnapshotTooOldError
 
-__all__ = ["BackupMixin", "backup", "copy_pairs", "destination", "outran", "remove_tree"]
+__all__ = ["BackupMixin", "backup", "copy_pairs", "outran", "remove_tree"]
 
 BATCH_BYTES = 1 << 20       # one put_many of the copy: small next to any page memory
 
@@ -87,16 +87,6 @@ def copy_config(db):
     return dataclasses.replace(db.config, wal_archive=None)
 
 
-def destination(dest, fs) -> str:
-    """`dest` (str, bytes or path-like) as a str, absolute on the real file
-    system (as `pagestore.open` takes its path); ConfigError when it is empty
-    rather than read as ".". Checked before anything is created."""
-    name = os.fsdecode(os.fspath(dest))
-    if not name:
-        raise ConfigError("backup: the destination path is empty: name a new directory", "dest")
-    return os.path.abspath(name) if isinstance(fs, PosixFS) else name
-
-
 def _entries(fs, dest: str):
     """The names in `dest`, None when it does not exist; NotAStoreError when it
     is a file or cannot be listed (a backup needs a directory of its own)."""
@@ -113,7 +103,9 @@ def _entries(fs, dest: str):
 def backup(db, dest) -> dict:
     """See `BackupMixin.backup`."""
     t0 = time.perf_counter()
-    dest = destination(dest, db.fs)
+    from .database import store_path
+    dest = store_path(dest, absolute=isinstance(db.fs, PosixFS), what="backup: the destination path",
+                      option="dest")
     snap = db.snapshot()                # the moment the copy is of: before any check can wait
     try:
         keys, size = _copy(db, snap, dest)

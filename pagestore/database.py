@@ -24,7 +24,6 @@ types at this boundary, in pagestore/faults.py.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import gc
 import os
@@ -85,30 +84,28 @@ def open(path, *, fs=None, create=True, read_only=False, **options) -> "Database
     `fs` is the diskio FileSystem to use; tests pass the crash simulator.
     Every other keyword is an option of `Config` (see docs/options.md).
     """
-    if options.get("wal_archive") is not None and isinstance(options["wal_archive"], (bytes, os.PathLike)):
-        options["wal_archive"] = os.fsdecode(os.fspath(options["wal_archive"]))
+    archive = options.get("wal_archive")
+    if isinstance(archive, (str, bytes, os.PathLike)):   # named long after open too, as the store's files are
+        options["wal_archive"] = store_path(archive, absolute=fs is None, what="wal_archive",
+                                            option="wal_archive")
     cfg = make_config(**options)
-    if fs is None:
-        if cfg.wal_archive:             # named long after open too, as the store's own files are
-            cfg = dataclasses.replace(cfg, wal_archive=os.path.abspath(cfg.wal_archive))
-        path = store_path(path)
-    else:
-        path = os.fspath(path)
+    path = store_path(path, absolute=fs is None)
     _wait_dropped_close(path)
     return Database(path, cfg, fs or diskio.PosixFS(), create=create, read_only=read_only)
 
 
-def store_path(path) -> str:
-    """`path` (str, bytes or path-like) as the absolute path of the store's
-    directory. The store's files are opened by name long after `open` (every
-    new WAL segment, marker and recovery file), so a relative path would
-    follow a later `os.chdir` into another directory -- and another store.
-    An empty path is refused (`ConfigError`) rather than read as ".".
+def store_path(path, *, absolute: bool = True, what: str = "the store's path", option: str = "path") -> str:
+    """`path` (str, bytes or path-like) as a str, and as an absolute path on
+    the real file system: a store's files are opened by name long after
+    `open` (every new WAL segment, marker and recovery file), so a relative
+    path would follow a later `os.chdir` into another directory -- and another
+    store. An empty path is refused (`ConfigError` naming `option`) rather
+    than read as ".". `backup` takes its destination by the same rule.
     """
     name = os.fsdecode(os.fspath(path))
     if not name:
-        raise ConfigError("the store's path is empty: name its directory", "path")
-    return os.path.abspath(name)
+        raise ConfigError(f"{what} is empty: name its directory", option)
+    return os.path.abspath(name) if absolute else name
 
 
 # The cyclic collector runs finalizers in whatever thread allocates, in the

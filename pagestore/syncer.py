@@ -51,15 +51,22 @@ class Syncer:
         else:
             _database.engine_of(self._db).wal.commit(lsn)
 
+    def _yield_due(self) -> bool:
+        """Count an operation completed at once; True for every `QUICK_YIELD`-th,
+        which then lets the loop run once before its caller goes on."""
+        self._quick += 1
+        if self._quick < QUICK_YIELD:
+            return False
+        self._quick = 0
+        return True
+
     def _after_write(self, sync, result=None, logged: bool = True, operation: str = "put") -> asyncio.Future:
         fut = self._future(loop=self._loop)
         if not (sync or self._waits):      # log_only/background, the log in the page cache: done
-            self._quick += 1
-            if self._quick < QUICK_YIELD:
-                fut.set_result(result)
-            else:                          # pending for one loop turn: other tasks run
-                self._quick = 0
+            if self._yield_due():          # pending for one loop turn: other tasks run
                 self._loop.call_soon(_resolve, fut, result)
+            else:
+                fut.set_result(result)
             return fut
         # (nothing logged and all before it durable, or published: no round
         # would come to complete it -- a delete of a missing key, a sync()

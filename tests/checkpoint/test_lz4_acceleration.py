@@ -2,14 +2,11 @@
 restores exactly from them after a crash in the page phase: the records the
 C framing writes at that acceleration are read by the existing readers."""
 
-import random
 
 import pytest
 
-import pagestore
 from pagestore import _native
-from pagestore.diskio import SimFS
-from tests.support.crash import kill_in_page_phase
+from tests.support.crash import restored_after_a_kill_in_page_phase
 
 OPTS = dict(memory_size=64 << 20, checkpoint_interval=3600, checkpoint_wal_size=1 << 30,
             checkpoint_dirty_fraction=0.95, wal_mode="fsync", recovery_compression="lz4",
@@ -28,21 +25,8 @@ def _values(rng, n):
 def test_a_store_with_lz4_at_an_acceleration_restores_exactly_after_a_crash_in_the_page_phase():
     if not _native.lz4_available():
         pytest.skip("no liblz4.so.1 on this machine: the acceleration is applied by the C framing only")
-    sim, rng = SimFS(), random.Random(8)
-    keys = [rng.randbytes(16) for _ in range(20_000)]
-    model = dict(zip(keys, _values(rng, len(keys))))
-    db = pagestore.open("/s", fs=sim, **OPTS)
-    db.put_many(model.items())
-    db.checkpoint()
-    model.update(zip(keys, _values(rng, len(keys))))            # every page dirty again
-    db.put_many(model.items())
-    kill_in_page_phase(sim, db)
-
-    db = pagestore.open("/s", fs=sim, **OPTS)
+    db, rng, keys, _model = restored_after_a_kill_in_page_phase(OPTS, _values, seed=8)
     try:
-        rec = db.stats()["recovery"]
-        assert rec["action"] == "restore" and rec["pages_restored"] > 100
-        assert all(db.get(k) == v for k, v in model.items())
         db.verify()
         db.put_many(zip(keys, _values(rng, len(keys))))
         db.checkpoint()
