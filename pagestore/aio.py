@@ -327,11 +327,13 @@ class AsyncTransaction:
         self._tx = adb._db.transaction()
 
     def put(self, key, value) -> None:
-        """Buffer a put (applied at commit)."""
+        """Buffer a put (applied at commit); a key or value too large for the
+        store raises here, as `Transaction.put` says."""
         self._tx.put(key, value)
 
     def delete(self, key) -> bool:
-        """Buffer a delete; True if the key is there now (as the transaction sees it)."""
+        """Buffer a delete; True if the key is there now (as the transaction sees it).
+        A key too long for any store raises here, as `Transaction.delete` says."""
         return self._tx.delete(key)
 
     def get(self, key, default=None):

@@ -39,8 +39,9 @@ class BackupMixin:
         """Write a consistent copy of the store, as of this call, to the new
         directory `dest` (missing or empty) while writers go on; returns
         {"path", "keys", "bytes", "seconds"}. The copy opens and verifies on
-        its own (pagestore/backup.py). A `dest` that is a file or not empty
-        raises NotAStoreError, an empty one ConfigError, before anything is
+        its own (pagestore/backup.py). A `dest` that is a file, not empty or
+        a symbolic link to nothing (itself or a directory above it) raises
+        NotAStoreError, an empty path ConfigError, before anything is
         written. A compact() of the store waits for it, or it for one (the
         copy's snapshot would not outlive the compaction's swap). Writes that
         outgrow `snapshot_memory` while it copies make it raise
@@ -100,6 +101,24 @@ def _entries(fs, dest: str):
                              (posixpath.basename(dest),)) from None
 
 
+def _refuse_dangling_link(dest: str) -> None:
+    """NotAStoreError when `dest`, or a directory above it, is a symbolic link
+    to a path that does not exist: the copy would be made wherever the link
+    points, so rather than create its target, `backup` names the link."""
+    path = dest
+    while True:
+        if os.path.islink(path) and not os.path.exists(path):
+            where = "" if path == dest else f": {path} above it"
+            raise NotAStoreError(
+                f"backup destination {dest}{where} is a symbolic link to {os.path.realpath(path)}, which does "
+                "not exist: create the directory it points to, or choose another destination",
+                dest, ())
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def backup(db, dest) -> dict:
     """See `BackupMixin.backup`."""
     t0 = time.perf_counter()
@@ -136,6 +155,8 @@ def _copy(db, snap, dest: str) -> tuple[int, int]:
     real = os.path.realpath if isinstance(fs, PosixFS) else posixpath.abspath   # a symlink may lead inside
     if (real(dest) + "/").startswith(real(db.path) + "/"):
         raise Error(f"backup destination {dest} is inside the store {db.path}: choose another directory")
+    if isinstance(fs, PosixFS):
+        _refuse_dangling_link(dest)
     names = _entries(fs, dest)
     existed = names is not None
     if names:

@@ -26,6 +26,10 @@ for calls meeting the swap, pagestore/compaction.py).
 Threads may share a transaction: a write that returned is in the commit, and
 one that comes at or after the commit raises ClosedError (a lock orders them;
 without it a put racing commit() could return and be dropped).
+
+A write the store could never hold (a key or value too large) is refused at
+`put` or `delete` with the error `Database.put` raises, not at commit: the
+transaction goes on without it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import threading
 from . import _native
 from . import faults
 from .errors import ClosedError, ConflictError, SnapshotTooOldError
-from .keys import as_key, as_value, bounds
+from .keys import KEY_FLOOR, PAIR_FLOOR, WriteLimits, as_key, as_value, bounds
 from .snapshot import Snapshot
 
 __all__ = ["Transaction", "run_transaction"]
@@ -75,6 +79,16 @@ class Transaction:
         self._served = False                  # a read has returned from the snapshot
         self._open = True
         self._lock = threading.Lock()
+        self._limits: WriteLimits | None = None   # asked of the engine at the first large write
+
+    def _write_limits(self) -> WriteLimits:
+        """The largest write the store takes: fixed for its life (compact()
+        keeps its page size, WAL segment size and encryption)."""
+        if self._limits is None:
+            self._limits = self._on_engine(lambda engine: WriteLimits(
+                engine.core.max_key, engine.core.page_size, engine.config.wal_segment_size,
+                engine.cipher is not None))
+        return self._limits
 
     # -- reads ------------------------------------------------------------------
     def _snapshot(self) -> tuple:
@@ -192,17 +206,25 @@ class Transaction:
 
     # -- writes -----------------------------------------------------------------
     def put(self, key, value) -> None:
-        """Buffer a write of `value` under `key`, applied at commit."""
+        """Buffer a write of `value` under `key`, applied at commit. A key or value
+        too large for the store raises KeyTooLargeError or ValueTooLargeError
+        here, as `Database.put` does, and the transaction goes on without it."""
         self._check_open()
         key, value = as_key(key), as_value(value)
+        if len(key) > KEY_FLOOR or len(key) + len(value) > PAIR_FLOOR:
+            self._write_limits().check_put(key, value)
         with self._lock:
             self._check_open()
             self._writes[key] = value
 
     def delete(self, key) -> bool:
-        """Buffer a delete of `key`; True if the key is there as this transaction sees it."""
+        """Buffer a delete of `key`; True if the key is there as this transaction sees it.
+        A key longer than any the store takes raises KeyTooLargeError here, as
+        `Database.delete` does, and the transaction goes on without it."""
         self._check_open()
         key = as_key(key)
+        if len(key) > KEY_FLOOR:
+            self._write_limits().check_delete(key)
         existed = self._read(key, _DELETED) is not _DELETED
         with self._lock:
             self._check_open()

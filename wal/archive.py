@@ -136,7 +136,7 @@ class _Piece:
 
 def _pieces(fs, archive_dir: str, wal_dir: str | None, cache: dict, cipher=None) -> list:
     """Every readable piece (archive plain/compacted files, live slots), headers cached by path and size."""
-    found = [(f, l, k, p) for f, l, k, p in list_archive(fs, archive_dir)]
+    found = list_archive(fs, archive_dir)     # a new list: the slots are added to it
     if wal_dir is not None and fs.exists(wal_dir):
         found += [(None, None, "slot", posixpath.join(wal_dir, n)) for n in fs.listdir(wal_dir)
                   if parse_slot(n) is not None]

@@ -25,7 +25,7 @@ them (the layers under pagestore keep their own and a test pins them equal).
 
 from __future__ import annotations
 
-from .._core import ffi, lib
+from .._core import ffi as ffi, lib   # ffi: the area modules take it from here
 
 # -- status codes --------------------------------------------------------------
 PS_OK = lib.PS_OK

@@ -27,7 +27,7 @@ from .checkpointing import CheckpointHooks
 from .mvcc import SnapshotHooks
 from .status import NativeError, Retry
 
-__all__ = ["Core", "SNAPSHOT_CODECS"]
+__all__ = ["Core", "SNAPSHOT_CODECS", "too_large"]
 
 # PAGE_SNAPSHOT codecs the C encoder applies (physical_wal): the names of
 # recovery_compression. "disabled" logs whole images; every other name drops
@@ -41,6 +41,18 @@ _GET_BUF = 64 << 10
 _SCAN_CHUNK = 128 << 10
 _SIGNAL_FIELDS = tuple(name for name, _ in ffi.typeof("ps_signals").fields)
 _VERIFY_FIELDS = tuple(name for name, _ in ffi.typeof("ps_verify_info").fields)
+
+
+def too_large(key_len: int, value_len: int, max_key: int, page_size: int) -> _errors.Error:
+    """The error of a write of these sizes that the core refuses as too large
+    (PS_E_TOO_LARGE): a value over MAX_VALUE, else a key over `max_key` (the
+    longest key of a core of `page_size`-byte pages), else a record larger
+    than one WAL segment. Transactions raise it too, before their commit."""
+    if value_len > MAX_VALUE:
+        return _errors.ValueTooLargeError(f"value of {value_len} bytes (MAX_VALUE {MAX_VALUE})")
+    if key_len > max_key:
+        return _errors.KeyTooLargeError(f"key of {key_len} bytes (max {max_key} with {page_size}-byte pages)")
+    return _errors.ValueTooLargeError("record too large for one WAL segment")
 
 
 class Core(CheckpointHooks, SnapshotHooks):
@@ -101,12 +113,7 @@ class Core(CheckpointHooks, SnapshotHooks):
             e.page = lib.ps_bad_page(self._c)
             raise e
         if rc == PS_E_TOO_LARGE:
-            if value_len > MAX_VALUE:
-                raise _errors.ValueTooLargeError(f"value of {value_len} bytes (MAX_VALUE {MAX_VALUE})")
-            if key_len > self.max_key:
-                raise _errors.KeyTooLargeError(
-                    f"key of {key_len} bytes (max {self.max_key} with {self.page_size}-byte pages)")
-            raise _errors.ValueTooLargeError("record too large for one WAL segment")
+            raise too_large(key_len, value_len, self.max_key, self.page_size)
         if rc == PS_E_ARG:
             raise ValueError(msg or "bad argument to the C core")
         raise NativeError(msg or f"C core status {rc}", rc)

@@ -58,7 +58,10 @@ def test_durable_steps_happen_in_protocol_order():
     cp.checkpoint()
     cp.close(final_checkpoint=False)
     log = fs.log
-    idx = lambda pred: [i for i, e in enumerate(log) if pred(e)]
+
+    def idx(pred):
+        return [i for i, e in enumerate(log) if pred(e)]
+
     rec_fsyncs = idx(lambda e: e[0] == "fsync" and "RECOVERY" in e[1])
     rec_writes = idx(lambda e: e[0] == "pwrite" and "RECOVERY" in e[1])
     dir_syncs = idx(lambda e: e == ("fsync_dir", "/db/cp"))

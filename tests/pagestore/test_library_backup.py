@@ -170,3 +170,36 @@ def test_a_backup_through_a_symlink_into_the_store_is_refused_and_the_store_stil
     assert not (tmp_path / "src" / "bk").exists()
     with pagestore.open(tmp_path / "src", create=False, **SMALL) as db:
         assert db.get(b"k") == b"v"
+
+
+def test_a_backup_to_a_symlink_that_points_nowhere_raises_not_a_store_error_naming_it_and_creates_nothing(tmp_path):
+    link, target = tmp_path / "bk", tmp_path / "nowhere" / "x"
+    os.symlink(target, link)
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        with pytest.raises(pagestore.NotAStoreError) as e:
+            db.backup(link)
+    assert e.value.path == str(link)
+    assert f"backup destination {link} is a symbolic link to {target}, which does not exist" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["bk", "src"] and os.readlink(link) == str(target)
+
+
+def test_a_backup_below_a_symlink_that_points_nowhere_raises_not_a_store_error_naming_the_link(tmp_path):
+    link, target = tmp_path / "mnt", tmp_path / "unmounted"
+    os.symlink(target, link)
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        with pytest.raises(pagestore.NotAStoreError) as e:
+            db.backup(link / "bk")
+    assert f"{link / 'bk'}: {link} above it is a symbolic link to {target}, which does not exist" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["mnt", "src"]
+
+
+def test_a_backup_through_a_symlink_to_an_empty_directory_writes_the_copy_there(tmp_path):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "bk")
+    with pagestore.open(tmp_path / "src", **SMALL) as db:
+        db[b"a"] = b"1"
+        db.backup(tmp_path / "bk")
+    with pagestore.open(tmp_path / "real", create=False, **SMALL) as copy:
+        assert copy[b"a"] == b"1"

@@ -14,7 +14,6 @@ import pytest
 
 import pagestore
 from pagestore import _native
-from pagestore._native import testing
 
 KEY = bytes(range(32))
 PS = 4096

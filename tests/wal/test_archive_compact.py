@@ -132,7 +132,10 @@ def test_compacting_again_adds_files_and_the_chain_crosses_them():
 def test_archive_bound_counts_compacted_files_oldest_first():
     fs = SimFS()
     log = make_archive(fs, A + "-src", 16)
-    src = lambda seq: f"{A}-src/{layout.archive_name(seq)}"
+
+    def src(seq):
+        return f"{A}-src/{layout.archive_name(seq)}"
+
     arch = Archive(fs, A, 6 * SEG, compact_after=0)
     for seq in range(8):
         arch.add(seq, src(seq))

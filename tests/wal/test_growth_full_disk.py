@@ -15,7 +15,6 @@ whose allocation fails past a point.
 """
 
 import errno
-import os
 import subprocess
 import sys
 import textwrap
