@@ -12,6 +12,13 @@ N times it (Little's law), whatever the disk.
 After the aio run the store is reopened and every acknowledged put is
 looked for.
 
+Beside it runs the asyncio floor (`asyncio_floor`): the same N tasks and the
+same timing, each awaiting a bare future that a thread completes after a real
+4 KiB pwrite + fdatasync round, with one wake-up of the loop per round, and
+once more with no I/O in the rounds. It is there to show how much of the aio
+run's rate and p99 is the event loop's own cost per await and the disk's, with
+no store in between.
+
 Gets: the same keys (16-byte random, 100-byte values) in pagestore and in
 LMDB; random-order point gets, LMDB inside one read transaction (its best
 case: no transaction per get), and pagestore's get_many in batches.
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import shutil
 import statistics
@@ -172,6 +180,141 @@ def pagestore_aio(tasks: int, seconds: float, data_dir=None) -> dict:
         shutil.rmtree(d, ignore_errors=True)
 
 
+class _Rounds:
+    """A group commit with no store behind it: `run` (its own thread) starts a
+    round when a future is registered, reads how many are registered, writes
+    4 KiB and fdatasyncs (nothing, without a file), then adds 1 to an eventfd
+    the loop watches; `on_wake` (the loop's reader) completes every future
+    registered before the finished round began."""
+
+    BLOCK, BLOCKS = 4096, 256
+
+    def __init__(self, fd: int, efd: int):
+        self.fd, self.efd = fd, efd
+        self.registered = [0]       # written by the loop's thread only
+        self.covered = 0            # `registered` as read at the start of the last finished round
+        self.completed = 0
+        self.rounds = 0
+        self.pending: collections.deque = collections.deque()
+        self.wake = threading.Event()
+        self.stop = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        """The rounds, until `stop`; an error is handed to the loop."""
+        fd, efd, wake, registered = self.fd, self.efd, self.wake, self.registered
+        buf = os.urandom(self.BLOCK)
+        try:
+            while True:
+                wake.wait()
+                wake.clear()        # a registration after this sets it again: no lost round
+                if self.stop:
+                    return
+                n = registered[0]
+                if n == self.covered:
+                    continue
+                if fd >= 0:
+                    os.pwrite(fd, buf, (self.rounds % self.BLOCKS) * self.BLOCK)
+                    os.fdatasync(fd)
+                self.rounds += 1
+                self.covered = n    # before the wake-up: the loop reads it after
+                os.eventfd_write(efd, 1)
+        except BaseException as exc:    # noqa: BLE001 - raised from the awaits
+            self.error = exc
+            os.eventfd_write(efd, 1)
+
+    def on_wake(self) -> None:
+        """One call per wake-up, whatever number of rounds it counts."""
+        try:
+            os.eventfd_read(self.efd)
+        except BlockingIOError:
+            return
+        pop, done = self.pending.popleft, self.completed
+        if self.error is not None:
+            while self.pending:
+                pop().set_exception(self.error)
+            return
+        covered = self.covered
+        while done < covered:
+            pop().set_result(None)
+            done += 1
+        self.completed = done
+
+
+def asyncio_floor(tasks: int, seconds: float, data_dir=None, disk: bool = True, stall: float = 60.0) -> dict:
+    """The ideal store's durable awaits: `tasks` tasks in one loop, each awaiting
+    in a loop a future that `_Rounds` completes after a pwrite + fdatasync round
+    (no I/O with disk=False), latency recorded as `pagestore_aio` records it.
+    Raises RuntimeError if futures are still pending `stall` seconds after the
+    run's end (a round that never came)."""
+    d = tempfile.mkdtemp(prefix="bench-durable-floor-", dir=data_dir)
+    fd = efd = -1
+    lat: list = []
+    per_task: list = [0] * tasks
+    try:
+        if disk:
+            fd = os.open(os.path.join(d, "f"), os.O_RDWR | os.O_CREAT, 0o644)
+            os.write(fd, b"\0" * _Rounds.BLOCK * _Rounds.BLOCKS)
+            os.fsync(fd)
+        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        rounds = _Rounds(fd, efd)
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            loop.add_reader(efd, rounds.on_wake)
+            now, future = time.perf_counter_ns, asyncio.Future
+            register, registered = rounds.pending.append, rounds.registered
+            is_set, wake = rounds.wake.is_set, rounds.wake.set
+            end = now() + int(seconds * 1e9)
+
+            async def task(t):
+                i, rec = 0, lat.append
+                while True:
+                    t0 = now()
+                    if t0 >= end:
+                        break
+                    fut = future(loop=loop)
+                    register(fut)
+                    registered[0] += 1
+                    if not is_set():
+                        wake()
+                    await fut
+                    rec(now() - t0)
+                    i += 1
+                per_task[t] = i
+
+            t0, c0, l0 = time.perf_counter(), _cpu(), time.thread_time()
+            try:
+                await asyncio.wait_for(asyncio.gather(*(task(t) for t in range(tasks))), seconds + stall)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"asyncio floor: {rounds.registered[0] - rounds.completed} of "
+                                   f"{rounds.registered[0]} futures still pending {stall:.0f} s after the "
+                                   f"run's end ({rounds.rounds} rounds)") from None
+            finally:
+                loop.remove_reader(efd)
+            return time.perf_counter() - t0, _cpu() - c0, time.thread_time() - l0
+
+        syncer = threading.Thread(target=rounds.run, name="bench-floor-rounds", daemon=True)
+        syncer.start()
+        try:
+            took, cpu, loop_cpu = asyncio.run(main())
+        finally:
+            rounds.stop = True
+            rounds.wake.set()
+            syncer.join()
+        r = _summary(lat, took, cpu)
+        r["loop_cpu_us_per_op"] = loop_cpu / max(r["ops"], 1) * 1e6
+        r["group_mean"] = rounds.completed / max(rounds.rounds, 1)
+        r.update(rounds=rounds.rounds, registered=rounds.registered[0], completed=rounds.completed,
+                 most_per_task=max(per_task, default=0))
+        return r
+    finally:
+        for f in (fd, efd):
+            if f >= 0:
+                os.close(f)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def gets(n: int, rounds: int, batch: int = 100, data_dir=None) -> list:
     """Per round: pagestore get, LMDB get in one read txn, pagestore get_many (gets/s)."""
     import lmdb
@@ -224,7 +367,9 @@ def durable_compare(rounds: int = 3, seconds: float = 3.0, tasks: int = 256, key
                          ("pagestore_fsync_1", lambda: pagestore_threads(1, seconds, data_dir)),
                          ("plyvel_sync_16", lambda: plyvel_threads(16, seconds, data_dir)),
                          ("pagestore_fsync_16", lambda: pagestore_threads(16, seconds, data_dir)),
-                         (f"pagestore_aio_{tasks}", lambda: pagestore_aio(tasks, seconds, data_dir))):
+                         (f"pagestore_aio_{tasks}", lambda: pagestore_aio(tasks, seconds, data_dir)),
+                         (f"asyncio_floor_{tasks}", lambda: asyncio_floor(tasks, seconds, data_dir)),
+                         (f"asyncio_no_io_{tasks}", lambda: asyncio_floor(tasks, seconds, data_dir, disk=False))):
             progress(f"round {r + 1}/{rounds}: {name}")
             row[name] = fn()
         rows.append(row)
@@ -234,6 +379,10 @@ def durable_compare(rounds: int = 3, seconds: float = 3.0, tasks: int = 256, key
         "fsync 16 threads / plyvel sync 16 threads": lambda w: w["pagestore_fsync_16"]["ops_per_s"] / w["plyvel_sync_16"]["ops_per_s"],
         f"aio {tasks} tasks / plyvel sync 16 threads": lambda w: w[aio]["ops_per_s"] / w["plyvel_sync_16"]["ops_per_s"],
         f"aio {tasks} tasks p99 / fdatasync p99": lambda w: w[aio]["p99_us"] / w["bare_fdatasync"]["p99_us"],
+        f"asyncio floor {tasks} tasks p99 / fdatasync p99":
+            lambda w: w[f"asyncio_floor_{tasks}"]["p99_us"] / w["bare_fdatasync"]["p99_us"],
+        f"asyncio no I/O {tasks} tasks p99 / fdatasync p99":
+            lambda w: w[f"asyncio_no_io_{tasks}"]["p99_us"] / w["bare_fdatasync"]["p99_us"],
     }
     get_rows = []
     if keys:
@@ -266,7 +415,7 @@ def show(res: dict) -> None:
         print(f"-- gets round {i + 1}: " + "  ".join(f"{k} {v:,.0f}/s" for k, v in g.items()))
     print("-- ratios: median [min - max] over the rounds")
     for k, s in res["ratios"].items():
-        print(f"   {k:44s} {s['median']:.2f}x  [{s['min']:.2f} - {s['max']:.2f}]")
+        print(f"   {k:46s} {s['median']:.2f}x  [{s['min']:.2f} - {s['max']:.2f}]")
 
 
 def main(argv=None) -> int:
