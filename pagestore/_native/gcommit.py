@@ -29,7 +29,7 @@ __all__ = ["GroupCommit"]
 
 _DURABLE, _LEAD, _AGAIN, _PAST_END = lib.PS_GC_DURABLE, lib.PS_GC_LEAD, lib.PS_GC_AGAIN, lib.PS_GC_PAST_END
 _IO_FAILED = lib.PS_GC_IO_FAILED
-_FIRST, _LINGER, _IO = lib.PS_GC_FIRST, lib.PS_GC_LINGER, lib.PS_GC_IO
+_FIRST, _LINGER, _IO, _PY = lib.PS_GC_FIRST, lib.PS_GC_LINGER, lib.PS_GC_IO, lib.PS_GC_PY
 _SLICE_NS = 200_000_000
 
 
@@ -146,7 +146,7 @@ class GroupCommit:
     @staticmethod
     def wait_flags(commit: bool, io: bool) -> int:
         """The flags of a first wait as `wait(lsn, commit, ticket, io)` passes them."""
-        return (_FIRST | _LINGER if commit else _FIRST) | (_IO if io else 0)
+        return (_FIRST | _LINGER if commit else _FIRST) | (_IO if io else 0) | _PY
 
     def outcome(self, rc: int, lsn: int, commit: bool, ticket, io: bool) -> bool:
         """What `wait` would have returned, from the first wait's code `rc`
@@ -254,8 +254,15 @@ class GroupCommit:
         """Ask the syncer to make everything written durable and return (or allow it to run again)."""
         lib.ps_gc_syncer_stop(self._g, 1 if stop else 0)
 
+    def set_spin(self, seconds: float) -> None:
+        """How long a covered committer at the head of the ready queue waits,
+        spinning, for a caller from Python to pass it the GIL before it
+        returns on its own (default 50 us; ps_gcommit.h, "The GIL baton")."""
+        lib.ps_gc_set_spin(self._g, max(0, int(seconds * 1e9)))
+
     def stats(self) -> dict:
         """rounds, grouped, group_max, round_size, lingered (seconds), waiting,
+        handoffs and spin_outs (the GIL's turns, see `wait_flags`),
         and the rounds done in C: io_rounds, io_fsyncs, io_pwrites, io_pwrite_bytes."""
         s = ffi.new("ps_gc_stats *")
         lib.ps_gc_stats_get(self._g, s)
@@ -263,5 +270,6 @@ class GroupCommit:
         lib.ps_gc_io_stats_get(self._g, io)
         return {"rounds": s.rounds, "grouped": s.grouped, "group_max": s.group_max,
                 "round_size": s.round_size, "lingered": s.lingered_ns / 1e9, "waiting": s.waiting,
+                "handoffs": s.handoffs, "spin_outs": s.spin_outs,
                 "io_rounds": io.rounds, "io_fsyncs": io.fsyncs, "io_pwrites": io.pwrites,
                 "io_pwrite_bytes": io.pwrite_bytes}

@@ -3,11 +3,20 @@
  * written and synced in C) and gcsyncer.c (the asyncio syncer).
  * ps_gcommit.h has the protocol and the entry points' contracts.
  *
- * One mutex and two condition variables per group: `cv` for committers
- * waiting for a round, `linger_cv` for a leader waiting for the last round's
- * threads to come back.  Each waiter links a node on its own stack into the
- * group's list so the leader that covers it can count it (the linger needs
- * the count); nodes live only while their thread is inside ps_gc_wait.
+ * One mutex per group.  Each waiter links a node on its own stack into the
+ * group's list `head` and sleeps on the node's own futex, so whoever ends a
+ * round wakes exactly the threads it must: the ones it covered (counted for
+ * the linger, `linger_cv`) go to the `ready` queue, the others are woken to
+ * elect the next leader.  Nodes live only while their thread is inside
+ * ps_gc_wait; every write to a node by another thread is made under the
+ * mutex, the final store of GC_GO last (after it no one touches the node,
+ * and its thread may return without the mutex).  A node's `asleep` and
+ * `state` are read and written atomically where the mutex is not held.
+ *
+ * The ready queue (the GIL baton, ps_gcommit.h): covered waiters that return
+ * to Python leave it one at a time, each when a caller coming from Python
+ * has just let the GIL go (`gil_free` keeps one such release no one used);
+ * its head spins for at most `spin_ns`, then leaves on its own.
  *
  * Rounds in C (PS_GC_IO, ps_gcommit.h): the leader pwrites and fdatasyncs
  * the registered segment and reports the round, without the GIL; the
@@ -22,10 +31,16 @@
 #include "ps_internal.h"
 #include "ps_gcommit.h"
 
+/* Where a waiter is (gc_node.state). */
+enum { GC_OUT, GC_WAITING, GC_READY, GC_GO };
+
 typedef struct gc_node {
-    struct gc_node *prev, *next;
+    struct gc_node *prev, *next;   /* in head (GC_WAITING) or ready (GC_READY) */
     uint64_t lsn;
-    int counted;          /* a round's leader counted it among its siblings */
+    int py;               /* returns to Python (PS_GC_PY): leaves in its turn */
+    int state;            /* GC_*; GC_GO is stored last by whoever lets it go */
+    uint32_t word;        /* its futex: bumped under the mutex to wake it */
+    int asleep;           /* in the futex wait (or on its way): a wake-up needs the call */
 } gc_node;
 
 typedef struct gc_slot {
@@ -51,7 +66,6 @@ struct ps_gcommit {
     int zeroing[2];
     ps_gc_io_failure fail;
     ps_gc_io_stats io;
-    pthread_cond_t cv;
     pthread_cond_t linger_cv;
     const volatile uint64_t *end;
     uint64_t durable, sync_target;
@@ -59,6 +73,9 @@ struct ps_gcommit {
     uint64_t in_flight;   /* threads the last round released, not yet back */
     uint64_t max_linger_ns;
     gc_node head;         /* sentinel of the waiters' list */
+    gc_node ready;        /* sentinel of the ready queue (covered, returning to Python) */
+    int gil_free;         /* a caller from Python let the GIL go and no waiter took it */
+    uint64_t spin_ns;     /* how long the ready queue's head spins for its turn */
     ps_gc_stats st;
 };
 

@@ -6,9 +6,26 @@
  * thread led covered it), or PS_GC_LEAD: the caller leads a round, must make
  * [ticket.start, ticket.target) durable (publish + fdatasync, in Python, which
  * releases the GIL around the I/O) and then call ps_gc_done, whatever
- * happened.  Followers sleep on the group's condition variable, never on a
- * lock of their own, and wake once, covered.  One round covers everything
- * appended before its leader read the end LSN.
+ * happened.  Each follower sleeps on a futex of its own, in the group's list,
+ * so the end of a round wakes exactly the followers it covered, and those it
+ * did not to elect the next leader.  One round covers everything appended
+ * before its leader read the end LSN.
+ *
+ * The GIL baton (PS_GC_PY): a covered follower that returns to Python needs
+ * the GIL, which its siblings pass along one at a time; woken all at once,
+ * they would each sleep again in CPython's GIL wait and be woken once more
+ * per hand-over.  So covered followers wait in the group's ready queue, in
+ * the order they were covered, and leave it one at a time: each time a
+ * caller from Python enters ps_gc_put / ps_gc_delete / ps_gc_wait (cffi has
+ * just let its GIL go, and it writes and waits before it wants it back),
+ * the queue's head returns and takes the GIL without a sleep.  The head
+ * spins for it (sched_yield, so a GIL holder on the same CPU runs first) at
+ * most SPIN_NS (ps_gc_set_spin), then returns anyway: nothing waits on a caller that may
+ * never come, and a thread holding the GIL on other work costs that much
+ * CPU a round at most.  A leader from Python returns first (it is on a CPU);
+ * a GIL release no one was queued for is kept for the next covered follower.
+ * A caller that does not return to Python (the asyncio syncer) passes no
+ * PS_GC_PY and is let go as soon as it is covered.
  *
  * Linger: the threads a round released come back one at a time (each needs
  * the GIL for its next write), so the first back would sync alone.  A leader
@@ -34,6 +51,7 @@ typedef struct ps_gc_ticket {
     uint64_t t0_ns;     /* CLOCK_MONOTONIC at election, for the round's duration */
     uint64_t granted;   /* 1 from election until ps_gc_done: the caller owes the round */
     uint64_t lsn;       /* ps_gc_put / ps_gc_delete: the end LSN of the write's record */
+    uint64_t py;        /* the leader returns to Python (PS_GC_PY) */
 } ps_gc_ticket;
 
 typedef struct ps_gc_stats {
@@ -45,6 +63,8 @@ typedef struct ps_gc_stats {
     uint64_t lingered_ns;   /* total time leaders lingered */
     uint64_t sync_mean_ns;  /* moving mean of a round's duration */
     uint64_t waiting;       /* committers asleep now */
+    uint64_t handoffs;      /* covered followers let go as a caller from Python let the GIL go */
+    uint64_t spin_outs;     /* covered followers that spun SPIN_NS for their turn, then left */
 } ps_gc_stats;
 
 #define PS_GC_DURABLE 0
@@ -57,6 +77,8 @@ typedef struct ps_gc_stats {
 #define PS_GC_FIRST 1       /* the commit's first call (counts it back from its last round) */
 #define PS_GC_LINGER 2      /* a commit: may linger for its siblings when leading */
 #define PS_GC_IO 4          /* the caller lets a round it leads be written and synced in C */
+#define PS_GC_PY 8          /* the caller let the GIL go for this call and takes it back after:
+                             * it leaves in its turn once covered (the GIL baton) */
 
 /* A group over the log whose end LSN is *end_lsn (read without a lock: it
  *   only grows, and every byte below it is written).
@@ -101,6 +123,10 @@ void ps_gc_done(ps_gcommit *g, ps_gc_ticket *t, int ok);
 
 /* The counters.  LOCK the group's, briefly. */
 void ps_gc_stats_get(ps_gcommit *g, ps_gc_stats *out);
+
+/* How long the ready queue's head spins for its turn (default SPIN_NS,
+ * 50 us) before it returns on its own.  LOCK the group's, briefly. */
+void ps_gc_set_spin(ps_gcommit *g, uint64_t spin_ns);
 
 /* ---- Rounds written and synced in C ---------------------------------------
  * When the WAL enables it (posix files, the pwrite write path, records not

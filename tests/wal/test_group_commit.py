@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pagestore import _native
-from pagestore._native import ffi
+from pagestore._native import ffi, gcommit
 from pagestore.diskio import SimFS, SimulatedCrash
 from pagestore.diskio.simfile import SimFile
 from pagestore.wal.gate import ThreadGate
@@ -225,4 +225,92 @@ def test_the_c_gate_refuses_an_lsn_past_the_end():
     h = open_gated(SimFS(), "c")
     with pytest.raises(ValueError, match="past the end"):
         h.wal.flush(h.writer.end_lsn + 4096)
+    h.wal.close()
+
+
+# -- the GIL baton: covered followers return one at a time (csrc/gcommit.c) ----------------
+def _followers_behind_a_held_sync(monkeypatch, n, spin=None):
+    """A C-gated log whose leader's fsync blocks until released, with `n`
+    followers asleep in the gate behind it, linked in a known order.
+    Returns (harness, release event, threads, arrival order, return order).
+    The held round covers only its leader's record (the others came after)."""
+    release, entered = threading.Event(), threading.Event()
+
+    def held_fsync(self):
+        entered.set()
+        release.wait(10)
+        _REAL_FSYNC(self)
+
+    # no slice runs out meanwhile (a waiter whose slice ran out calls again
+    # and queues anew, behind the others), however slow the machine
+    monkeypatch.setattr(gcommit, "_SLICE_NS", 60_000_000_000)
+    h = open_gated(SimFS(), "c")
+    if spin is not None:
+        h.wal._gate.set_spin(spin)
+    monkeypatch.setattr(SimFile, "fsync", held_fsync)
+    lock, returned = threading.Lock(), []
+
+    def worker(t):
+        with lock:
+            _lsn, end = h.writer.put(b"k%02d" % t, b"v")
+        h.wal.commit(end)
+        returned.append(t)
+        if spin is not None:
+            h.wal.flush(end)            # a call into the gate from Python: the next one's turn
+
+    ts = [threading.Thread(target=worker, args=(0,))]
+    ts[0].start()
+    assert entered.wait(10)
+    for t in range(1, n + 1):          # one at a time: each asleep before the next starts
+        ts.append(threading.Thread(target=worker, args=(t,)))
+        ts[-1].start()
+        deadline = time.monotonic() + 10
+        while h.wal._gate.stats()["waiting"] < t and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert h.wal._gate.stats()["waiting"] == t
+    return h, release, ts, list(range(n + 1)), returned
+
+
+def test_covered_followers_return_in_the_order_they_came_each_when_the_one_before_calls_again(monkeypatch):
+    # Woken all at once, they would race for the GIL. The gate lets the next
+    # one go when the one before it calls into the gate again (its call let
+    # the GIL go); with a spin far longer than the test, only those calls
+    # let them go, so the order holds on a machine however loaded.
+    h, release, ts, came, returned = _followers_behind_a_held_sync(monkeypatch, 7, spin=30.0)
+    release.set()
+    for t in ts:
+        t.join(20)
+    assert not any(t.is_alive() for t in ts)
+    # 0 led the held round, which covered only its own record; one follower
+    # led the next, covering the others: each returns first, then the rest in turn
+    assert returned[0] == 0
+    assert returned[2:] == [t for t in came[1:] if t != returned[1]]
+    st = h.wal._gate.stats()
+    assert st["waiting"] == 0 and st["handoffs"] == 6 and st["spin_outs"] == 0, st
+    h.wal.close()
+
+
+def test_a_covered_follower_returns_while_another_thread_keeps_the_gil_and_never_calls_the_store(monkeypatch):
+    # The follower's turn would come when a caller from Python enters the
+    # gate; here none ever does (the leaders return and stop, a third thread
+    # keeps the GIL on other work): it must return on its own.
+    h, release, ts, came, returned = _followers_behind_a_held_sync(monkeypatch, 2)
+    gave_up = []
+
+    def busy():                          # Python work holding the GIL, no store call
+        deadline = time.monotonic() + 10
+        while len(returned) < len(came):
+            if time.monotonic() > deadline:
+                gave_up.append(True)
+                return
+
+    b = threading.Thread(target=busy)
+    b.start()
+    release.set()
+    b.join(20)
+    for t in ts:
+        t.join(20)
+    assert not gave_up, f"a covered follower waited for a caller that never came: {returned}"
+    assert sorted(returned) == came
+    assert h.wal._gate.stats()["spin_outs"] == 1      # the one covered follower left on its own
     h.wal.close()
