@@ -121,7 +121,9 @@ static void node_go(gc_node *n) {
 
 /* The ready queue's head spins: wake it (a call only if it sleeps). */
 static void arm_head(ps_gcommit *g) {
-    if (g->ready.next != &g->ready) node_wake(g->ready.next);
+    if (g->ready.next == &g->ready) return;
+    __atomic_store_n(&g->ready.next->armed, 1, __ATOMIC_RELEASE);   /* before the wake-up */
+    node_wake(g->ready.next);
 }
 
 /* The head h takes its turn: the next one becomes head (woken, it spins). */
@@ -140,6 +142,18 @@ static void ready_leave(ps_gcommit *g, gc_node *n) {
     n->state = GC_GO;
 }
 
+/* The head spun out: no caller from Python came, so the GIL is held on
+ * other work.  Every follower queued behind it goes to CPython's GIL wait
+ * at once, as without the baton, rather than each spinning out in turn
+ * while the GIL holder wins the GIL again and again.  REQUIRES g->mu. */
+static void ready_flush(ps_gcommit *g) {
+    while (g->ready.next != &g->ready) {
+        gc_node *n = g->ready.next;
+        unlink_node(n);
+        node_go(n);
+    }
+}
+
 /* A caller from Python let the GIL go and will not take it back soon (it
  * writes, then waits): the ready queue's head may take it.  REQUIRES g->mu. */
 static void gil_released(ps_gcommit *g) {
@@ -154,7 +168,7 @@ static void covered(ps_gcommit *g, gc_node *n) {
     link_tail(&g->ready, n);
     if (g->ready.next != n) return;          /* its turn comes after the head's */
     if (g->gil_free) { g->gil_free = 0; ready_pop(g, n); }
-    else node_wake(n);                       /* the new head: it spins */
+    else arm_head(g);                        /* the new head: it spins */
 }
 
 /* The elected leader, lock held: linger if its siblings are out, then fix
@@ -219,7 +233,7 @@ void gc_finish(ps_gcommit *g, ps_gc_ticket *t, int ok, uint64_t took) {
  * after its write, whose call let the GIL go already). */
 static int gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps_gc_ticket *t,
                    int entering) {
-    gc_node node = {NULL, NULL, lsn, (flags & PS_GC_PY) != 0, GC_OUT, 0, 0};
+    gc_node node = {NULL, NULL, lsn, (flags & PS_GC_PY) != 0, GC_OUT, 0, 0, 0};
     int rc;
     struct timespec until = at_ns(slice_ns ? now_ns() + slice_ns : 0);
     pthread_mutex_lock(&g->mu);
@@ -232,7 +246,7 @@ static int gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps
         if (node.state == GC_READY) {
             if (g->ready.next == &node) {
                 /* the head: spin for a caller from Python to let the GIL go */
-                uint64_t stop = now_ns() + g->spin_ns;
+                uint64_t stop = now_ns() + __atomic_load_n(&g->spin_ns, __ATOMIC_RELAXED);
                 pthread_mutex_unlock(&g->mu);
                 while (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) != GC_GO && now_ns() < stop)
                     sched_yield();           /* a runnable GIL holder on this CPU goes first */
@@ -242,6 +256,7 @@ static int gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps
                 if (node.state == GC_READY) {
                     g->st.spin_outs++;
                     ready_leave(g, &node);   /* no one came: take the GIL as any thread does */
+                    ready_flush(g);          /* and so do the others */
                 }
             } else {
                 /* behind the head: asleep until made head (then spin as it
@@ -253,17 +268,21 @@ static int gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps
                                  slice_ns ? &until : NULL, NULL, FUTEX_BITSET_MATCH_ANY);
                 int timed_out = r < 0 && errno == ETIMEDOUT;
                 __atomic_store_n(&node.asleep, 0, __ATOMIC_RELAXED);
-                if (!timed_out) {
-                    uint64_t stop = now_ns() + g->spin_ns;
+                int spun = !timed_out && __atomic_load_n(&node.armed, __ATOMIC_ACQUIRE);
+                if (spun) {                  /* made head (not a stray wake-up): spin */
+                    uint64_t stop = now_ns() + __atomic_load_n(&g->spin_ns, __ATOMIC_RELAXED);
                     while (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) != GC_GO && now_ns() < stop)
                         sched_yield();
                 }
                 if (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) == GC_GO)
                     return PS_GC_DURABLE;    /* let go in its turn: no one touches the node now */
                 pthread_mutex_lock(&g->mu);
-                if (node.state == GC_READY && (timed_out || g->ready.next == &node)) {
-                    if (!timed_out) g->st.spin_outs++;
+                if (node.state == GC_READY && timed_out) {
                     ready_leave(g, &node);   /* never stuck behind a head that does not move */
+                } else if (node.state == GC_READY && spun) {   /* still the head */
+                    g->st.spin_outs++;       /* made head, spun, and no one came */
+                    ready_leave(g, &node);
+                    ready_flush(g);
                 }
             }
             continue;
@@ -348,10 +367,8 @@ void ps_gc_done(ps_gcommit *g, ps_gc_ticket *t, int ok) {
     pthread_mutex_unlock(&g->mu);
 }
 
-void ps_gc_set_spin(ps_gcommit *g, uint64_t spin_ns) {
-    pthread_mutex_lock(&g->mu);
-    g->spin_ns = spin_ns;
-    pthread_mutex_unlock(&g->mu);
+void ps_gc_set_spin(ps_gcommit *g, uint64_t spin_ns) {   /* read without the mutex too */
+    __atomic_store_n(&g->spin_ns, spin_ns, __ATOMIC_RELAXED);
 }
 
 void ps_gc_stats_get(ps_gcommit *g, ps_gc_stats *out) {

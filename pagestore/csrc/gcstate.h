@@ -16,7 +16,9 @@
  * The ready queue (the GIL baton, ps_gcommit.h): covered waiters that return
  * to Python leave it one at a time, each when a caller coming from Python
  * has just let the GIL go (`gil_free` keeps one such release no one used);
- * its head spins for at most `spin_ns`, then leaves on its own.
+ * its head spins for at most `spin_ns`, then leaves on its own, and every
+ * node behind it with it (the GIL is busy on other work: they all wait for
+ * it in CPython's GIL wait, as without the queue).
  *
  * Rounds in C (PS_GC_IO, ps_gcommit.h): the leader pwrites and fdatasyncs
  * the registered segment and reports the round, without the GIL; the
@@ -41,6 +43,7 @@ typedef struct gc_node {
     int state;            /* GC_*; GC_GO is stored last by whoever lets it go */
     uint32_t word;        /* its futex: bumped under the mutex to wake it */
     int asleep;           /* in the futex wait (or on its way): a wake-up needs the call */
+    int armed;            /* made the ready queue's head: it spins for its turn */
 } gc_node;
 
 typedef struct gc_slot {

@@ -20,10 +20,11 @@
  * just let its GIL go, and it writes and waits before it wants it back),
  * the queue's head returns and takes the GIL without a sleep.  The head
  * spins for it (sched_yield, so a GIL holder on the same CPU runs first) at
- * most SPIN_NS (ps_gc_set_spin), then returns anyway: nothing waits on a caller that may
- * never come, and a thread holding the GIL on other work costs that much
- * CPU a round at most.  A leader from Python returns first (it is on a CPU);
- * a GIL release no one was queued for is kept for the next covered follower.
+ * most SPIN_NS (ps_gc_set_spin), then returns anyway, and the whole queue
+ * with it: nothing waits on a caller that may never come, and a thread
+ * holding the GIL on other work costs one spin a round at most.  A leader
+ * from Python returns first (it is on a CPU); a GIL release no one was
+ * queued for is kept for the next covered follower.
  * A caller that does not return to Python (the asyncio syncer) passes no
  * PS_GC_PY and is let go as soon as it is covered.
  *

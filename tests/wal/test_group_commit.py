@@ -314,3 +314,27 @@ def test_a_covered_follower_returns_while_another_thread_keeps_the_gil_and_never
     assert sorted(returned) == came
     assert h.wal._gate.stats()["spin_outs"] == 1      # the one covered follower left on its own
     h.wal.close()
+
+
+def test_when_no_caller_comes_the_whole_ready_queue_goes_at_once(monkeypatch):
+    # A thread keeps the GIL on other work and never calls the store: the
+    # head spins out once and every follower behind it goes with it, rather
+    # than each spinning out in turn while that thread wins the GIL again.
+    h, release, ts, came, returned = _followers_behind_a_held_sync(monkeypatch, 7)
+
+    def busy():
+        deadline = time.monotonic() + 20
+        while len(returned) < len(came) and time.monotonic() < deadline:
+            pass
+
+    b = threading.Thread(target=busy)
+    b.start()
+    release.set()
+    for t in ts:
+        t.join(30)
+    b.join(30)
+    assert sorted(returned) == came
+    st = h.wal._gate.stats()
+    h.wal.close()
+    # the two leaders return as leaders; the other 6 were covered and queued
+    assert st["spin_outs"] == 1, st
