@@ -89,17 +89,23 @@ static void link_tail(gc_node *head, gc_node *n) {
 
 /* ---- a waiter's sleep and wake-up: its own futex ---------------------- */
 
-/* REQUIRES g->mu held (released while asleep, held again on return).
- * RETURNS 1 if `until` (CLOCK_MONOTONIC; NULL: none) passed. */
-static int node_sleep(ps_gcommit *g, gc_node *n, const struct timespec *until) {
+/* Asleep on n's futex until woken or `until` (CLOCK_MONOTONIC; NULL: none)
+ * passes.  REQUIRES g->mu held; returns without it.  RETURNS 1 if `until` passed. */
+static int node_park(ps_gcommit *g, gc_node *n, const struct timespec *until) {
     uint32_t w = __atomic_load_n(&n->word, __ATOMIC_ACQUIRE);
     __atomic_store_n(&n->asleep, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&g->mu);
     long r = syscall(SYS_futex, &n->word, FUTEX_WAIT_BITSET_PRIVATE, w, until, NULL,
                      FUTEX_BITSET_MATCH_ANY);
     int timed_out = r < 0 && errno == ETIMEDOUT;
-    pthread_mutex_lock(&g->mu);
     __atomic_store_n(&n->asleep, 0, __ATOMIC_RELAXED);
+    return timed_out;
+}
+
+/* node_park, then g->mu held again. */
+static int node_sleep(ps_gcommit *g, gc_node *n, const struct timespec *until) {
+    int timed_out = node_park(g, n, until);
+    pthread_mutex_lock(&g->mu);
     return timed_out;
 }
 
@@ -142,15 +148,28 @@ static void ready_leave(ps_gcommit *g, gc_node *n) {
     n->state = GC_GO;
 }
 
-/* The head spun out: no caller from Python came, so the GIL is held on
- * other work.  Every follower queued behind it goes to CPython's GIL wait
- * at once, as without the baton, rather than each spinning out in turn
- * while the GIL holder wins the GIL again and again.  REQUIRES g->mu. */
-static void ready_flush(ps_gcommit *g) {
+/* The head n spins for a caller from Python to let the GIL go (yielding: a
+ * runnable GIL holder on its CPU goes first), at most spin_ns.  Without the
+ * mutex.  RETURNS 1 once let go (then no one touches n any more). */
+static int spin_for_turn(ps_gcommit *g, gc_node *n) {
+    uint64_t stop = now_ns() + __atomic_load_n(&g->spin_ns, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&n->state, __ATOMIC_ACQUIRE) != GC_GO && now_ns() < stop)
+        sched_yield();
+    return __atomic_load_n(&n->state, __ATOMIC_ACQUIRE) == GC_GO;
+}
+
+/* The head n spun out: no caller from Python came, so the GIL is held on
+ * other work.  n and every follower queued behind it go to CPython's GIL
+ * wait at once, as without the baton, rather than each spinning out in
+ * turn while the GIL holder wins the GIL again and again.  REQUIRES g->mu. */
+static void spun_out(ps_gcommit *g, gc_node *n) {
+    g->st.spin_outs++;
+    unlink_node(n);
+    n->state = GC_GO;
     while (g->ready.next != &g->ready) {
-        gc_node *n = g->ready.next;
-        unlink_node(n);
-        node_go(n);
+        gc_node *x = g->ready.next;
+        unlink_node(x);
+        node_go(x);
     }
 }
 
@@ -244,47 +263,22 @@ static int gc_wait(ps_gcommit *g, uint64_t lsn, int flags, uint64_t slice_ns, ps
     for (;;) {
         if (node.state == GC_GO) { rc = PS_GC_DURABLE; break; }
         if (node.state == GC_READY) {
-            if (g->ready.next == &node) {
-                /* the head: spin for a caller from Python to let the GIL go */
-                uint64_t stop = now_ns() + __atomic_load_n(&g->spin_ns, __ATOMIC_RELAXED);
+            int head = g->ready.next == &node, timed_out = 0;
+            if (head) {
                 pthread_mutex_unlock(&g->mu);
-                while (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) != GC_GO && now_ns() < stop)
-                    sched_yield();           /* a runnable GIL holder on this CPU goes first */
-                if (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) == GC_GO)
-                    return PS_GC_DURABLE;    /* let go in its turn: no one touches the node now */
-                pthread_mutex_lock(&g->mu);
-                if (node.state == GC_READY) {
-                    g->st.spin_outs++;
-                    ready_leave(g, &node);   /* no one came: take the GIL as any thread does */
-                    ready_flush(g);          /* and so do the others */
-                }
             } else {
-                /* behind the head: asleep until made head (then spin as it
-                 * does, without coming back for the mutex) or let go */
-                uint32_t w = __atomic_load_n(&node.word, __ATOMIC_ACQUIRE);
-                __atomic_store_n(&node.asleep, 1, __ATOMIC_RELAXED);
-                pthread_mutex_unlock(&g->mu);
-                long r = syscall(SYS_futex, &node.word, FUTEX_WAIT_BITSET_PRIVATE, w,
-                                 slice_ns ? &until : NULL, NULL, FUTEX_BITSET_MATCH_ANY);
-                int timed_out = r < 0 && errno == ETIMEDOUT;
-                __atomic_store_n(&node.asleep, 0, __ATOMIC_RELAXED);
-                int spun = !timed_out && __atomic_load_n(&node.armed, __ATOMIC_ACQUIRE);
-                if (spun) {                  /* made head (not a stray wake-up): spin */
-                    uint64_t stop = now_ns() + __atomic_load_n(&g->spin_ns, __ATOMIC_RELAXED);
-                    while (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) != GC_GO && now_ns() < stop)
-                        sched_yield();
-                }
-                if (__atomic_load_n(&node.state, __ATOMIC_ACQUIRE) == GC_GO)
-                    return PS_GC_DURABLE;    /* let go in its turn: no one touches the node now */
-                pthread_mutex_lock(&g->mu);
-                if (node.state == GC_READY && timed_out) {
-                    ready_leave(g, &node);   /* never stuck behind a head that does not move */
-                } else if (node.state == GC_READY && spun) {   /* still the head */
-                    g->st.spin_outs++;       /* made head, spun, and no one came */
-                    ready_leave(g, &node);
-                    ready_flush(g);
-                }
+                /* behind the head: asleep until made head (then it spins
+                 * without coming back for the mutex) or let go */
+                timed_out = node_park(g, &node, slice_ns ? &until : NULL);
+                head = !timed_out && __atomic_load_n(&node.armed, __ATOMIC_ACQUIRE);
             }
+            if ((head && spin_for_turn(g, &node)) || __atomic_load_n(&node.state, __ATOMIC_ACQUIRE) == GC_GO)
+                return PS_GC_DURABLE;        /* let go in its turn: no one touches the node now */
+            pthread_mutex_lock(&g->mu);
+            if (node.state == GC_READY && head)
+                spun_out(g, &node);          /* no one came: take the GIL as any thread does */
+            else if (node.state == GC_READY && timed_out)
+                ready_leave(g, &node);       /* never stuck behind a head that does not move */
             continue;
         }
         if (g->durable >= lsn) {
