@@ -163,6 +163,21 @@ def _wait_dropped_close(path: str) -> None:
         t.join()
 
 
+def _packed_puts(items) -> tuple:
+    """(the packed puts of `items`, how many): the count tells the throttle how
+    many pages the batch may change (Throttle.before_batch)."""
+    if hasattr(items, "__len__"):
+        return _native.pack_puts(pairs_of(items), as_key, as_value), len(items)
+    counted = [0]
+
+    def count(pairs):
+        for pair in pairs:
+            counted[0] += 1
+            yield pair
+    packed = _native.pack_puts(count(pairs_of(items)), as_key, as_value)
+    return packed, counted[0]
+
+
 def engine_of(db: "Database") -> Engine:
     """The parts behind `db` (core, WAL, checkpointer, ...), for tests and tools."""
     return db._engine
@@ -368,13 +383,16 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
     def put_many(self, items) -> None:
         """Put every pair of `items` (a mapping or (key, value) pairs) as one atomic batch."""
         self._check_writable("put_many")
-        self._apply_packed(_native.pack_puts(pairs_of(items), as_key, as_value))
+        self._apply_packed(*_packed_puts(items))
 
-    def _apply_packed(self, packed: bytes) -> None:
+    def _apply_packed(self, packed: bytes, writes: int) -> None:
+        # `writes`: how many; each may change a page (Throttle.before_batch)
         if not packed:
             return
         lsn = -1
         try:
+            if self._signals.throttle_hint:
+                self._throttle.before_batch(writes)
             try:
                 lsn = self._core_batch(packed)
             except _native.Retry as r:
@@ -382,7 +400,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
             self._wal_commit(lsn)
         except Exception as e:  # noqa: BLE001 - typed, and the log's failure noted
             if self._swapped(e):
-                return self._apply_packed(packed)
+                return self._apply_packed(packed, writes)
             self._raise_failed(e, "put_many", lsn)
         if self._signals.throttle_hint:
             self._throttle.check()

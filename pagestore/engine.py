@@ -29,7 +29,7 @@ from pagestore.wal import recseal as _wal_recseal
 
 from . import _native
 from .config import Config
-from .errors import ConfigError, CorruptionError, EncryptionError, Error, StoreLockedError
+from .errors import ClosedError, ConfigError, CorruptionError, EncryptionError, Error, StoreLockedError
 from .page_source import CoreFraming, CorePageSource
 from .pagefile import PageFile
 from .recovering import RecoveringStoreMixin
@@ -237,8 +237,10 @@ class Engine(RecoveringStoreMixin):
 
     def all_clean(self) -> bool:
         """No dirty page and none held by a checkpoint: all of page memory is evictable."""
-        s = self.signals
-        return s.dirty_pages == 0 and s.ckpt_pages == 0 and not self.checkpointer.progress()["running"]
+        s, ckpt = self.signals, self.checkpointer
+        if ckpt is None:        # closed while a write waited: it was rolled back
+            raise ClosedError("the store was closed while a write waited for room")
+        return s.dirty_pages == 0 and s.ckpt_pages == 0 and not ckpt.progress()["running"]
 
     def stats(self) -> dict:
         """The core's, WAL's, checkpointer's and throttle's figures, and recovery's."""

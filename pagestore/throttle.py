@@ -27,6 +27,23 @@ HINT_COW_FRACTION = 0.25
 HINT_DIRTY_FRACTION = 0.5
 
 
+def evictable(s) -> int:
+    """Page-memory slots a write could take now: free or clean (a page both in
+    the running checkpoint and dirtied again counts twice, so this errs low)."""
+    return int(s.slots_total) - int(s.dirty_pages) - int(s.ckpt_pages)
+
+
+def room_needed(s) -> int:
+    """Slots the write the core just rolled back needs, estimated from how far
+    it got (`rollback_pages` after `rollback_ops_done` of `rollback_ops`
+    writes)."""
+    had = int(s.rollback_pages)
+    ops, done = int(s.rollback_ops), int(s.rollback_ops_done)
+    if ops > 1 and 0 < done < ops:
+        had = -(-had * ops // done)
+    return had + 1
+
+
 class Throttle:
     """The open store's writer throttle: asks the policy, parks writers, waits for room (see the
     module docstring)."""
@@ -34,6 +51,8 @@ class Throttle:
     # Longest single wait for released pages before the write is retried;
     # the retry loop repeats it, so it bounds the polling, not the wait.
     NOMEM_WAIT = 0.1
+    # Longest wait of a batch for a requested checkpoint to begin (before_batch).
+    BEGIN_WAIT = 1.0
     # With a policy's check_interval: ask again early once the buffer moved this much.
     CHECK_COW_STEP = 0.01
 
@@ -58,6 +77,7 @@ class Throttle:
         self.park_seconds = 0.0
         self.park_seconds_max = 0.0
         self.stalls = 0
+        self.batch_waits = 0
         self.nomem_waits = 0
         # Dirty pages start a checkpoint at checkpoint_dirty_fraction, or earlier
         # when writers would use up the clean slots before it frees any
@@ -126,6 +146,33 @@ class Throttle:
                 if park > self.park_seconds_max:
                     self.park_seconds_max = park
 
+    def before_batch(self, writes: int) -> None:
+        """Before a batch of up to `writes` changed pages that may not fit in
+        the page memory free or clean now: ask for a checkpoint of the dirty
+        pages, and let it begin first.
+
+        A batch holds the core until its last write, so no checkpoint can
+        begin while it runs. Short of slots, it would wait for pages that no
+        running checkpoint will release, fail, roll back and start again.
+        Waiting for the checkpoint to begin costs the batch the checkpointer's
+        wake-up, or the rest of the checkpoint running now; the batch then
+        takes the slots this one releases as it writes them."""
+        db = self._store
+        ckpt, s = db.checkpointer, db.signals
+        if ckpt is None or evictable(s) >= writes:
+            return
+        if not s.dirty_pages:           # nothing a new checkpoint would clean
+            return
+        began = s.checkpoint_id         # the core's begin sets it, under the lock a batch holds
+        if not ckpt.pending():
+            ckpt.request("page memory full")
+        with self._lock:
+            self.batch_waits += 1
+        deadline = _monotonic() + self.BEGIN_WAIT
+        while (s.checkpoint_id == began and evictable(s) < writes and ckpt.failed is None
+               and _monotonic() < deadline):
+            time.sleep(0.0002)
+
     def make_room(self, retry) -> None:
         """Wait until the write the core rolled back can succeed."""
         db = self._store
@@ -147,20 +194,36 @@ class Throttle:
                 self.nomem_waits += 1
             # Page memory is all dirty or in the checkpoint. A page becomes
             # clean, hence evictable, once the checkpoint has written it in
-            # place and released it: wait for the next released chunk, not
-            # for a whole new checkpoint (which would also wait out the one
-            # running). Without a running checkpoint, start one.
+            # place and released it: wait until it released about as many as
+            # the write needs (retried after one chunk, a batch of thousands
+            # of writes failed again and again, each time rolled back whole),
+            # or until it ended, not for a whole new checkpoint (which would
+            # also wait out the one running). Without a running checkpoint,
+            # start one.
             ckpt = db.checkpointer
+            s = db.signals
+            need = room_needed(s)
             before = ckpt.progress()
             if before["running"]:
                 ckpt.hurry("memory")   # its page writes make the clean slots: no pacing them
             elif not ckpt.pending():
                 ckpt.request("page memory full")
             deadline = time.monotonic() + self.NOMEM_WAIT
+            moved = False
             while time.monotonic() < deadline:
                 if ckpt.failed is not None:
                     ckpt.checkpoint(wait=True, reason="page memory full")  # raises the failure
-                if ckpt.progress() != before:   # a chunk released, or the checkpoint moved on
+                now = ckpt.progress()
+                if now != before:               # a chunk released, or the checkpoint moved on
+                    moved = True
+                    if before["running"] and not now["running"]:   # it ended: retry
+                        break
+                    before = now
+                # The estimate counts pinned pages as free: only a move makes it
+                # news. A write that needs half of page memory or more waits for
+                # the checkpoint to end: then all of it is clean, and should the
+                # write fail again, it never fits (Engine.retry).
+                if moved and evictable(s) >= need and need * 2 < int(s.slots_total):
                     break
                 time.sleep(0.0002)
         else:
@@ -168,8 +231,9 @@ class Throttle:
 
     def stats(self) -> dict:
         """The throttle's counters for `Database.stats()` (parks, park seconds, stalls, waits for
-        memory)."""
+        memory, batches that waited for a checkpoint to begin)."""
         return {"throttle_policy": self.policy.name, "throttle_parks": self.parks,
                 "throttle_park_seconds": self.park_seconds,
                 "throttle_park_seconds_max": self.park_seconds_max,
-                "throttle_stalls": self.stalls, "throttle_nomem_waits": self.nomem_waits}
+                "throttle_stalls": self.stalls, "throttle_nomem_waits": self.nomem_waits,
+                "throttle_batch_waits": self.batch_waits}

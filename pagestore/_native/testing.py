@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import PS_OK, ffi, lib
 
 __all__ = ["crc32c", "crc32c_software", "crc32c_hardware_available", "end_image", "page_image",
-           "set_readahead"]
+           "set_readahead", "batch_failpoints", "batch_held", "batch_go"]
 
 
 def crc32c(data, crc: int = 0) -> int:
@@ -50,3 +50,20 @@ def set_readahead(core, pages: int) -> None:
     """The leaves `core`'s scans load at once when they cross into one not in
     memory (0 or 1: no readahead; at most the core's default, 16)."""
     lib.ps_set_readahead(core.pointer, int(pages))
+
+
+def batch_failpoints(core, hold_at: int = 0, fail_at: int = 0) -> None:
+    """Failpoints of the core's next batches (0: off): after write `hold_at` a
+    batch lets the checkpoint in and waits, its gate closed, until `batch_go`
+    (once); after write `fail_at` it fails as when page memory is full."""
+    lib.ps_test_batch_failpoints(core.pointer, int(hold_at), int(fail_at))
+
+
+def batch_held(core) -> bool:
+    """A batch waits at its `hold_at` failpoint."""
+    return bool(lib.ps_test_batch_held(core.pointer))
+
+
+def batch_go(core) -> None:
+    """Let the batch waiting at its `hold_at` failpoint go on."""
+    lib.ps_test_batch_go(core.pointer)

@@ -389,6 +389,8 @@ int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid,
     }
     if (txid == 0) txid = c->wal_on ? c->sig.wal_end_lsn : 1;
     op_begin(c, 1);
+    c->gate_gave_up = 0;
+    c->gate_waited = 0;
     int logged = 0;
     uint32_t done = 0;
     for (size_t off = 0; off < len;) {
@@ -411,6 +413,11 @@ int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid,
         if (rc) break;
         logged |= c->wal_on;
         done++;
+        if (done == c->t_fail_at) {            /* a test's failpoint: memory "full" here */
+            rc = PS_E_NOMEM;
+            break;
+        }
+        if (off < len) batch_turn(c, done);
     }
     if (!rc) rc = wal_physical(c);
     if (!rc) {
@@ -434,6 +441,7 @@ int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid,
         op_commit(c);
     }
     if (c->mv) mv_op_done(c, !rc);
+    if (__atomic_load_n(&c->gate, __ATOMIC_RELAXED)) batch_gate_open(c);
     pthread_rwlock_unlock(&c->lock);
     return rc ? rc : (int64_t)end;
 }
@@ -681,7 +689,7 @@ int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out) {
     int rc = PS_OK;
     for (size_t i = 0; i < n && rc == PS_OK; i++) {
         uint8_t *dst = out + i * (size_t)c->page_size;
-        core_rdlock(c);
+        ckpt_rdlock(c);
         rc = copy_ckpt_image(c, ids[i], dst);
         pthread_rwlock_unlock(&c->lock);
         if (rc == PS_OK) stamp_ckpt_image(c, dst);
@@ -702,7 +710,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
     uint8_t scratch[PS_MAX_PAGE] __attribute__((aligned(64)));   /* per caller: writers run in parallel */
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
-        core_rdlock(c);
+        ckpt_rdlock(c);
         int rc = copy_ckpt_image(c, ids[i], scratch);
         pthread_rwlock_unlock(&c->lock);
         if (rc != PS_OK) return rc;
@@ -720,7 +728,7 @@ int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
  * through the buffer's owner map, so the cost is the buffer size, not the
  * page memory size.  out must hold cow_capacity ids. */
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out) {
-    core_rdlock(c);
+    ckpt_rdlock(c);
     size_t n = 0;
     int rc = PS_OK;
     for (uint32_t i = 0; i < c->cow_fresh; i++) {
@@ -747,7 +755,7 @@ static void release_slot(ps_core *c, slot_t *sl) {
 }
 
 void ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
-    core_wrlock(c);
+    ckpt_wrlock(c);
     for (size_t i = 0; i < n; i++) {
         int64_t s = pt_find(c, ids[i]);
         if (s >= 0 && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
@@ -757,7 +765,7 @@ void ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n) {
 }
 
 void ps_ckpt_end(ps_core *c) {
-    core_wrlock(c);
+    ckpt_wrlock(c);
     for (uint32_t s = 0; s < c->fresh; s++)
         if (c->slots[s].used && c->slots[s].inckpt) release_slot(c, &c->slots[s]);
     c->ckpt_active = 0;

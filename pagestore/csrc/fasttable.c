@@ -16,7 +16,9 @@ static int fast_read_begin(ps_core *c) {
     if (__atomic_load_n(&c->wr_intent, __ATOMIC_ACQUIRE)) return PS_FAST_SLOW;
     for (int i = 0; i < FAST_LOCK_SPINS; i++) {
         if (pthread_rwlock_tryrdlock(&c->lock) == 0) {
-            if (c->closed) {                     /* no page memory behind it any more */
+            /* closed: no page memory behind it any more; the gate: a batch is
+             * open (batchgate.c), and waiting for it is the ordinary path's job */
+            if (c->closed || __atomic_load_n(&c->gate, __ATOMIC_RELAXED)) {
                 pthread_rwlock_unlock(&c->lock);
                 return PS_FAST_SLOW;
             }

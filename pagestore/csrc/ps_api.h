@@ -25,6 +25,12 @@
  * needs the tree lock.  A call on a core that takes no lock reads only the
  * core's counters, limits and last-error fields.
  *
+ * The batch gate (batchgate.c): between two writes of a batch
+ * (ps_apply_batch, ps_txn_commit) the batch may unlock so that the
+ * checkpoint's copy and release calls get in; until the batch returns,
+ * every other call that takes the tree lock waits for it.  The calls that
+ * pass the gate say "LOCK read/write, passes the gate" below. 
+ *
  * Page layout (docs/page-format.md has the full text; all integers are
  * little-endian; P = page_size, U = P - page_reserve = usable end):
  *
@@ -227,6 +233,10 @@ typedef struct ps_signals {
                                * (a put of a large value: the pages it needs, if more) */
     uint64_t rollback_ops;    /* writes in that operation (1 for a put or delete, a batch's count) */
     uint64_t rollback_ops_done; /* of them, applied before it failed */
+    uint64_t batch_turns;     /* times a batch let the checkpoint in between two writes */
+    uint64_t batch_room_waits; /* of them, waits for the checkpoint to release pages */
+    uint64_t leaves_read_in_place; /* gets answered from a leaf read from the page file's map
+                                    * into the get's own buffer, not loaded (btree.c) */
 } ps_signals;
 
 typedef struct ps_verify_info {
@@ -467,22 +477,22 @@ int64_t ps_wal_scan(const uint8_t *seg, uint64_t seg_size, uint64_t base_lsn, ui
  * is not open; a WAL status as for ps_put. */
 int ps_ckpt_begin(ps_core *c, uint64_t checkpoint_id, uint64_t **ids_out, uint64_t *n_out,
                   uint64_t *lsn_out);
-/* LOCK read, per page.  CALLS none.  The checkpoint image (COW copy or live
+/* LOCK read, per page, passes the gate.  CALLS none.  The checkpoint image (COW copy or live
  * page) of each in-checkpoint page into out (n * page_size bytes, the
  * caller's), CRC and checkpoint id stamped.  RETURNS PS_OK, PS_E_ARG (a page
  * not in the checkpoint: ps_bad_page). */
 int ps_ckpt_copy(ps_core *c, const uint64_t *ids, size_t n, uint8_t *out);
-/* LOCK read, per page.  CALLS none.  ps_ckpt_copy then ps_recframe per page,
+/* LOCK read, per page, passes the gate.  CALLS none.  ps_ckpt_copy then ps_recframe per page,
  * no intermediate buffer.  RETURNS the bytes framed into out (cap >= n *
  * (page_size + PS_RECORD_HEADER_SIZE)), or PS_E_ARG as either would. */
 int64_t ps_ckpt_copy_frame(ps_core *c, const uint64_t *ids, size_t n, int codec,
                            uint8_t *out, size_t cap, uint64_t *gap_fallbacks);
-/* LOCK write.  The pages are on disk: clears their in-checkpoint flag and
+/* LOCK write, passes the gate.  The pages are on disk: clears their in-checkpoint flag and
  * frees their COW copies (ids not in the checkpoint are ignored). */
 void ps_ckpt_release(ps_core *c, const uint64_t *ids, size_t n);
-/* LOCK write.  The checkpoint is over: releases every page still flagged. */
+/* LOCK write, passes the gate.  The checkpoint is over: releases every page still flagged. */
 void ps_ckpt_end(ps_core *c);
-/* LOCK read.  The in-checkpoint pages holding a COW copy, ascending, into out
+/* LOCK read, passes the gate.  The in-checkpoint pages holding a COW copy, ascending, into out
  * (cap ids, the caller's), *n_out their count.  RETURNS PS_OK, PS_E_NEED_SPACE. */
 int ps_ckpt_pages_with_copy(ps_core *c, uint64_t *out, size_t cap, size_t *n_out);
 /* LOCK write.  signals.throttle_hint is set while cow_used or dirty_pages is

@@ -118,6 +118,9 @@ typedef struct meta {
     uint32_t height;
 } meta_t;
 
+/* undo_t.is_new: 1 the operation created the page; UNDO_REREAD the page was
+ * as the page file holds it, so no copy was made (page_w) */
+#define UNDO_REREAD 2
 typedef struct undo {
     uint32_t slot;
     uint8_t is_new;
@@ -133,6 +136,16 @@ struct ps_core {
     int freed;              /* ps_close freed the page memory */
     pid_t owner_pid;        /* the creating process: a forked child only marks it closed */
     int wr_intent;          /* writers spinning for the lock: readers hold off */
+    /* The batch gate (batchgate.c): 1 while a batch that let the
+     * checkpoint in between two of its writes is still open, 2 when someone
+     * sleeps on it; only the checkpoint's copy and release calls pass it. */
+    int gate;
+    int ckpt_waiting;       /* checkpoint copy/release calls waiting for the lock */
+    int gate_gave_up;       /* this batch waited for the checkpoint long enough: no more waits */
+    uint64_t gate_waited;   /* ns this batch waited for room so far */
+    /* test failpoints of batches (ps_test_batch_failpoints; 0: off) */
+    uint64_t t_hold_at, t_fail_at;
+    int t_hold;             /* 1 armed, 2 a batch waits at t_hold_at for ps_test_batch_go */
     uint32_t page_size, reserve, usable;
     uint32_t max_key, max_cell, leaf_inline_max;
     int physical;
@@ -266,7 +279,7 @@ static inline void ps_cpu_relax(void) {
     __asm__ __volatile__("yield");
 #endif
 }
-static inline void core_wrlock(ps_core *c) {
+static inline void core_wrlock_raw(ps_core *c) {
     if (pthread_rwlock_trywrlock(&c->lock) == 0) return;
     __atomic_add_fetch(&c->wr_intent, 1, __ATOMIC_SEQ_CST);
     int i = 0;
@@ -281,7 +294,7 @@ static inline void core_wrlock(ps_core *c) {
  * left, so the operation must go no further (ps_close). */
 #define PS_REFUSE_IF_CLOSED(c) \
     do { if ((c)->closed) { pthread_rwlock_unlock(&(c)->lock); return PS_E_CLOSED; } } while (0)
-static inline void core_rdlock(ps_core *c) {
+static inline void core_rdlock_raw(ps_core *c) {
     for (int i = 0; i < PS_WRLOCK_SPINS && __atomic_load_n(&c->wr_intent, __ATOMIC_ACQUIRE); i++)
         ps_cpu_relax();
     for (int i = 0; i < PS_LOCK_SPINS; i++) {
@@ -289,6 +302,47 @@ static inline void core_rdlock(ps_core *c) {
         ps_cpu_relax();
     }
     pthread_rwlock_rdlock(&c->lock);
+}
+
+/* batchgate.c */
+void gate_wait(ps_core *c);
+void batch_turn(ps_core *c, uint64_t done);
+void batch_gate_open(ps_core *c);
+
+/* The core lock for everything but the checkpoint's copy and release calls:
+ * held, and no batch open that let the checkpoint in (batchgate.c).
+ * The batch sets and clears the gate under the write lock; a waiter marks it
+ * (1 -> 2) under none, so it is read atomically. */
+static inline void core_wrlock(ps_core *c) {
+    for (;;) {
+        core_wrlock_raw(c);
+        if (__builtin_expect(!__atomic_load_n(&c->gate, __ATOMIC_RELAXED), 1)) return;
+        pthread_rwlock_unlock(&c->lock);
+        gate_wait(c);
+    }
+}
+static inline void core_rdlock(ps_core *c) {
+    for (;;) {
+        core_rdlock_raw(c);
+        if (__builtin_expect(!__atomic_load_n(&c->gate, __ATOMIC_RELAXED), 1)) return;
+        pthread_rwlock_unlock(&c->lock);
+        gate_wait(c);
+    }
+}
+/* The checkpoint's copy and release calls: they pass an open gate, and say
+ * that they wait, so that a batch lets them in between two of its writes.
+ * REQUIRES: what they touch under it is a page's checkpoint image and its
+ * in-checkpoint state, which no write of an open batch changes (page_w
+ * copies the image first; op_rollback leaves a released page released). */
+static inline void ckpt_rdlock(ps_core *c) {
+    __atomic_add_fetch(&c->ckpt_waiting, 1, __ATOMIC_SEQ_CST);
+    core_rdlock_raw(c);
+    __atomic_sub_fetch(&c->ckpt_waiting, 1, __ATOMIC_RELEASE);
+}
+static inline void ckpt_wrlock(ps_core *c) {
+    __atomic_add_fetch(&c->ckpt_waiting, 1, __ATOMIC_SEQ_CST);
+    core_wrlock_raw(c);
+    __atomic_sub_fetch(&c->ckpt_waiting, 1, __ATOMIC_RELEASE);
 }
 
 /* pagemem.c */

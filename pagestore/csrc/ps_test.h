@@ -39,3 +39,13 @@ void ps_set_readahead(ps_core *c, uint32_t pages);
  * RETURNS n (17 or 41). */
 #define PS_WAL_END_MAX 41
 size_t ps_wal_end_image(uint64_t end_lsn, uint8_t *out);
+
+/* LOCK write.  Failpoints of the batches that follow (0: off): after its
+ * hold_at-th write a batch lets the checkpoint in and waits there, the gate
+ * closed (batchgate.c), until ps_test_batch_go (LOCK none), once;
+ * ps_test_batch_held (LOCK none) says a batch waits there.  After its
+ * fail_at-th write a batch fails with PS_E_NOMEM and rolls back, as when
+ * page memory is full. */
+void ps_test_batch_failpoints(ps_core *c, uint64_t hold_at, uint64_t fail_at);
+int ps_test_batch_held(ps_core *c);
+void ps_test_batch_go(ps_core *c);

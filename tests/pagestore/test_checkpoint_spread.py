@@ -64,7 +64,9 @@ class _Ckpt:
 def _throttle(running):
     from pagestore.throttle import Throttle
     ckpt = _Ckpt(running)
-    db = SimpleNamespace(checkpointer=ckpt, signals=SimpleNamespace(cow_used=0),
+    signals = SimpleNamespace(cow_used=0, slots_total=100, dirty_pages=60, ckpt_pages=40,
+                              rollback_pages=1, rollback_ops=1, rollback_ops_done=0)
+    db = SimpleNamespace(checkpointer=ckpt, signals=signals,
                          core=SimpleNamespace(set_throttle_thresholds=lambda cow, dirty: None),
                          config=SimpleNamespace(checkpoint_dirty_fraction=0.6))
     t = Throttle(db, policy=SimpleNamespace(name="none", check_interval=0.0))

@@ -65,7 +65,10 @@ def test_batches_that_fit_once_checkpoints_clean_memory_still_go_through(tmp_pat
             batch = dict(_pairs(1_000, seed))
             db.put_many(batch.items())
             want.update(batch)
-        assert db.stats()["throttle_nomem_waits"] > 0   # some batch did wait for room
+        s = db.stats()
+        # some batch did wait for room: rolled back and retried, held before it
+        # began, or turned inside the core for the checkpoint's released pages
+        assert s["throttle_nomem_waits"] + s["throttle_batch_waits"] + s["batch_room_waits"] > 0
         assert dict(db.scan()) == want
     finally:
         db.close()
