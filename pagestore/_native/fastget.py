@@ -10,7 +10,8 @@ It reaches the core only through the function table the core exports
 
 Holding the GIL, it must never wait for the tree lock nor load a page (both
 could need another thread to get the GIL), so it serves hits and known-absent
-keys in pages in memory only; everything else comes back as `SLOW` from `get`,
+keys in pages in memory (or in a leaf the core reads in place from the map of
+the page file) only; everything else comes back as `SLOW` from `get`,
 or goes through `get_many`'s fallback: the ordinary cffi path, which waits,
 loads and raises the typed errors. Answers are the same on either path.
 """

@@ -20,6 +20,8 @@
 typedef struct path {
     uint32_t slot[MAXH];
     int ci[MAXH];
+    uint64_t miss;      /* after PS_RETRY: the page not in memory, at level miss_lvl */
+    int miss_lvl;
 } path_t;
 
 static inline int keycmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
@@ -257,7 +259,11 @@ static int descend(ps_core *c, const uint8_t *key, size_t klen, path_t *pa, int 
     if (h < 1 || h > MAXH) return corrupt_page(c, 0, "bad tree height");
     for (int lvl = 0;; lvl++) {
         int64_t s = page_fetch(c, id, may_load);
-        if (s < 0) return (int)s;
+        if (s < 0) {
+            pa->miss = id;
+            pa->miss_lvl = lvl;
+            return (int)s;
+        }
         const uint8_t *p = slot_page(c, (uint32_t)s);
         node_prefetch(p, lvl == h - 1);
         if (pin) pin_op(c, (uint32_t)s);
@@ -575,24 +581,74 @@ int bt_delete(ps_core *c, const uint8_t *key, size_t klen, int allow_fast, int *
     return rc;
 }
 
-int64_t bt_get(ps_core *c, const uint8_t *key, size_t klen, uint8_t *out, size_t cap,
-               int may_load) {
-    path_t pa;
-    int rc = descend(c, key, klen, &pa, may_load, may_load);
-    if (rc) return rc;
-    const uint8_t *p = slot_page(c, pa.slot[c->meta.height - 1]);
+/* The value of key in leaf p (bt_get). */
+static inline int64_t leaf_get(ps_core *c, const uint8_t *p, const uint8_t *key, size_t klen,
+                               uint8_t *out, size_t cap, int may_load) {
     int found, idx = node_lb(p, 0, key, klen, &found);
     if (!found) return PS_E_NOT_FOUND;
     const uint8_t *cell = p + cell_off(p, 0, idx);
     uint32_t vlen = rd32(cell + 2);
     if (vlen > cap) return vlen;
     if (rd16(cell) & KLEN_OVF) {
-        rc = ovf_read(c, rd64(cell + LEAF_CELL_HDR + klen), vlen, out, may_load);
+        int rc = ovf_read(c, rd64(cell + LEAF_CELL_HDR + klen), vlen, out, may_load);
         if (rc) return rc;
     } else {
         memcpy(out, cell + LEAF_CELL_HDR + klen, vlen);
     }
     return vlen;
+}
+
+/* ---- leaves read in place ---------------------------------------------
+ *
+ * A get that may not load (read lock) and misses only its leaf reads that
+ * leaf from the map of the page file into a buffer of its own, checks it
+ * and answers from it, when page memory has no empty slot: loading it would
+ * evict a page, copy 4 KiB into a cold slot, and take the write lock and a
+ * second descent to do so -- most of a miss's cost when the data is many
+ * times page memory and nearly every get misses (docs/page-memory.md).
+ * A leaf read in place twice within a short while is loaded the second
+ * time instead (the ordinary path), so leaves that gets keep coming back to
+ * still settle into page memory.  `seen` remembers the leaves read in place
+ * last, two per set (the newer first), by a 32-bit tag of the page id; any
+ * store's pages share it, and a lost or mistaken entry only changes which
+ * path one get takes. */
+#define SEEN_SET_BITS 11
+static uint32_t seen[1u << SEEN_SET_BITS][2];
+
+/* 1: read leaf id in place; 0: load it (a slot is free, or it was read in
+ * place a moment ago). */
+static int read_in_place(const ps_core *c, uint64_t id) {
+    if (c->nfree || c->fresh < c->nslots) return 0;    /* no eviction to save */
+    uint64_t h = (id + 1) * 0x9E3779B97F4A7C15ull;
+    uint32_t *set = seen[h >> (64 - SEEN_SET_BITS)], tag = (uint32_t)h | 1u;
+    uint32_t newer = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
+    if (newer == tag || __atomic_load_n(&set[1], __ATOMIC_RELAXED) == tag) return 0;
+    __atomic_store_n(&set[1], newer, __ATOMIC_RELAXED);
+    __atomic_store_n(&set[0], tag, __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* bt_get's answer from leaf id read in place, or PS_RETRY (load it). */
+static __attribute__((noinline)) int64_t get_in_place(ps_core *c, uint64_t id, const uint8_t *key,
+                                                      size_t klen, uint8_t *out, size_t cap) {
+    uint8_t page[PS_MAX_PAGE] __attribute__((aligned(64)));
+    if (c->page_keys || !c->page_map || !read_in_place(c, id) || !page_read_mapped(c, id, page) ||
+        rd16(page + H_TYPE) != PS_PAGE_LEAF)     /* the ordinary load names what is wrong */
+        return PS_RETRY;
+    __atomic_add_fetch(&c->sig.leaves_read_in_place, 1, __ATOMIC_RELAXED);
+    return leaf_get(c, page, key, klen, out, cap, 0);
+}
+
+int64_t bt_get(ps_core *c, const uint8_t *key, size_t klen, uint8_t *out, size_t cap,
+               int may_load) {
+    path_t pa;
+    int rc = descend(c, key, klen, &pa, may_load, may_load);
+    if (__builtin_expect(rc == 0, 1))
+        return leaf_get(c, slot_page(c, pa.slot[c->meta.height - 1]), key, klen, out, cap,
+                        may_load);
+    if (rc == PS_RETRY && !may_load && pa.miss_lvl == (int)c->meta.height - 1)
+        return get_in_place(c, pa.miss, key, klen, out, cap);
+    return rc;
 }
 
 /* ---- scans: results as one pickle stream (protocol 4 opcodes) ---------- */

@@ -9,7 +9,8 @@
  * passes in, so this module links none of the core's code.
  *
  * It runs with the GIL held and serves only what needs no waiting: a key
- * found (or known absent) in pages in memory while the lock is free. For
+ * found (or known absent) in pages in memory, or in a leaf the core reads in
+ * place from the map of the page file, while the lock is free. For
  * anything else (a page miss, the lock busy, a closed core, a key that is
  * not exact bytes, an error) `get` returns the module's SLOW sentinel and
  * `get_many` calls its fallback for that key: the ordinary path, which

@@ -139,6 +139,29 @@ static int page_copy_mapped(ps_core *c, uint64_t id, uint8_t *p) {
     return 0;
 }
 
+/* A get's leaf read without taking a slot (ps_internal.h): copied out of the
+ * map into the caller's buffer, which no one else writes, and checked there,
+ * so a page that a write changes under the map at that moment fails its
+ * crc (and is read again by the ordinary load) instead of being used half
+ * old, half new.  Only the map's fields are read, which change under the
+ * write lock alone, so either lock serves. */
+int page_read_mapped(ps_core *c, uint64_t id, uint8_t *buf) {
+    size_t ps = c->page_size;
+    if (c->page_keys || !c->page_map || id == 0 || id >= c->meta.page_count ||
+        (id + 1) * (uint64_t)ps > c->page_map_file)
+        return 0;
+    sigjmp_buf env;
+    if (sigsetjmp(env, 0)) {
+        bus_escape = NULL;
+        return 0;          /* the device failed under the map: the ordinary load reports it */
+    }
+    bus_escape = &env;
+    memcpy(buf, c->page_map + id * (uint64_t)ps, ps);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the copy stays inside the escape */
+    bus_escape = NULL;
+    return ps_check_page(buf, c->page_size, id);
+}
+
 /* Checkpoint step 5 for a plain posix page file: write `n` page images (ids
  * ascending) in place, one pwrite per run of adjacent ids, without the GIL
  * (a Python pwrite per random page cost ~5 us of it). Returns the bytes

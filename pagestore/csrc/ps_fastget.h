@@ -44,7 +44,9 @@ typedef struct ps_fast_table {
      * n, copied to out[0, n) when n <= cap (nothing copied when n > cap: the
      * caller asks again with room for n while still holding the lock);
      * PS_FAST_ABSENT; or PS_FAST_SLOW (a page of the path or of the value is
-     * not in memory, the key is over the size limit, or an error). */
+     * not in memory, the key is over the size limit, or an error). A leaf
+     * alone not in memory may be read in place from the map of the page file
+     * instead, without loading it (btree.c, "leaves read in place"). */
     int64_t (*get)(struct ps_core *c, const char *key, size_t klen, char *out, size_t cap);
     /* WITHOUT THE GIL, no lock held: the value of key, waiting for the tree
      * lock and loading missing pages through the page fd (with its keys),

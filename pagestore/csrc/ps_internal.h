@@ -381,6 +381,15 @@ void pt_remove(ps_core *c, uint64_t id);
 int64_t slot_alloc(ps_core *c);
 void slot_claim(ps_core *c, uint32_t s, uint64_t id);
 /* pageio.c */
+/* Copy page `id` from the map of the page file into buf (page_size bytes)
+ * and check it (crc32c and page id), under either lock; nothing in page
+ * memory changes.  For gets that miss only their leaf (btree.c).  RETURNS 1
+ * when buf holds the page, checked; 0 when the map cannot serve it (no map
+ * yet, a page beyond the file as last measured, sealed pages, a device error
+ * under the map) or the copy fails its checks (a write of that page under way
+ * at that moment, or a damaged page): the caller then takes the ordinary
+ * load, which reads it again and names the file if it is damaged. */
+int page_read_mapped(ps_core *c, uint64_t id, uint8_t *buf);
 int64_t page_load(ps_core *c, uint64_t id);
 void page_fd_set(ps_core *c, int fd);   /* ps_set_page_fd's work: a new fd, the old map dropped */
 void page_map_drop(ps_core *c);
