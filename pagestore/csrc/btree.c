@@ -608,19 +608,18 @@ static inline int64_t leaf_get(ps_core *c, const uint8_t *p, const uint8_t *key,
  * times page memory and nearly every get misses (docs/page-memory.md).
  * A leaf read in place twice within a short while is loaded the second
  * time instead (the ordinary path), so leaves that gets keep coming back to
- * still settle into page memory.  `seen` remembers the leaves read in place
- * last, two per set (the newer first), by a 32-bit tag of the page id; any
- * store's pages share it, and a lost or mistaken entry only changes which
- * path one get takes. */
-#define SEEN_SET_BITS 11
-static uint32_t seen[1u << SEEN_SET_BITS][2];
+ * still settle into page memory.  The store's `seen` table remembers the
+ * leaves read in place last, two per set (the newer first), by a 32-bit tag
+ * of the page id; readers update it under the read lock without a lock of
+ * its own, and a lost or mistaken entry only changes which path one get
+ * takes. */
 
 /* 1: read leaf id in place; 0: load it (a slot is free, or it was read in
  * place a moment ago). */
 static int read_in_place(const ps_core *c, uint64_t id) {
     if (c->nfree || c->fresh < c->nslots) return 0;    /* no eviction to save */
     uint64_t h = (id + 1) * 0x9E3779B97F4A7C15ull;
-    uint32_t *set = seen[h >> (64 - SEEN_SET_BITS)], tag = (uint32_t)h | 1u;
+    uint32_t *set = c->seen[h >> (64 - PS_SEEN_SET_BITS)], tag = (uint32_t)h | 1u;
     uint32_t newer = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
     if (newer == tag || __atomic_load_n(&set[1], __ATOMIC_RELAXED) == tag) return 0;
     __atomic_store_n(&set[1], newer, __ATOMIC_RELAXED);

@@ -93,7 +93,8 @@ int ps_create(uint32_t page_size, uint64_t memory_size, uint64_t ckpt_buffer_siz
     c->cells = malloc(maxcells * sizeof *c->cells);
     c->zero_page = calloc(1, page_size);
     c->ckpt_ids = region_map(nslots * sizeof *c->ckpt_ids, 4096);
-    if (!c->mem || !c->slots || !c->free_slots || !c->cow_mem || !c->cow_free || !c->cow_owner ||
+    c->seen = calloc((size_t)1 << PS_SEEN_SET_BITS, sizeof *c->seen);
+    if (!c->seen || !c->mem || !c->slots || !c->free_slots || !c->cow_mem || !c->cow_free || !c->cow_owner ||
         !c->scratch || !c->cellbuf[0] || !c->cellbuf[1] || !c->splitbuf || !c->cellp || !c->cells ||
         !c->zero_page || !c->ckpt_ids) {
         ps_destroy(c);
@@ -152,7 +153,7 @@ void ps_close(ps_core *c) {
     region_unmap(c->cow_owner, (c->ncow + 1) * sizeof *c->cow_owner);
     region_unmap(c->ckpt_ids, c->nslots * sizeof *c->ckpt_ids);
     free(c->scratch); free(c->cellbuf[0]); free(c->cellbuf[1]); free(c->splitbuf);
-    free(c->cellp); free(c->cells); free(c->zero_page);
+    free(c->cellp); free(c->cells); free(c->zero_page); free(c->seen);
     free(c->undo); free(c->undo_img); free(c->pins);
     mv_free(c);
     seal_ctx_free(c->seal_ctx); free(c->seal_buf);
@@ -162,7 +163,7 @@ void ps_close(ps_core *c) {
     free(c->pt_dir);
     c->mem = NULL; c->slots = NULL; c->free_slots = NULL; c->cow_mem = NULL; c->cow_free = NULL;
     c->cow_owner = NULL; c->scratch = NULL; c->cellbuf[0] = c->cellbuf[1] = NULL; c->splitbuf = NULL;
-    c->cellp = NULL; c->cells = NULL; c->zero_page = NULL; c->ckpt_ids = NULL; c->undo = NULL;
+    c->cellp = NULL; c->cells = NULL; c->zero_page = NULL; c->seen = NULL; c->ckpt_ids = NULL; c->undo = NULL;
     c->undo_img = NULL; c->pins = NULL; c->seal_ctx = NULL; c->seal_buf = NULL; c->pt_dir = NULL;
     c->pt_ndir = 0;
     if (c->lock_ready) pthread_rwlock_unlock(&c->lock);

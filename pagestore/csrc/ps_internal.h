@@ -160,6 +160,10 @@ struct ps_core {
     size_t page_map_len, page_map_file;
     int page_map_fd;
 
+    /* the leaves gets read in place last (btree.c, read_in_place): two
+     * 32-bit tags of page ids per set, the newer first */
+    uint32_t (*seen)[2];
+
     /* page memory */
     uint8_t *mem;
     uint32_t nslots;
@@ -380,6 +384,9 @@ void pt_remove(ps_core *c, uint64_t id);
  * clock), or PS_E_NOMEM; slot_claim makes it page id's, clean */
 int64_t slot_alloc(ps_core *c);
 void slot_claim(ps_core *c, uint32_t s, uint64_t id);
+/* btree.c: sets of the table of leaves read in place (ps_core.seen) */
+#define PS_SEEN_SET_BITS 11
+
 /* pageio.c */
 /* Copy page `id` from the map of the page file into buf (page_size bytes)
  * and check it (crc32c and page id), under either lock; nothing in page
