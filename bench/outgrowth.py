@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -169,6 +170,8 @@ class Peer:
 
 def measure(name: str, work: Workload, memory_size: int | None, data_dir: str | None) -> dict:
     """Load every key in batches, then read the sampled keys: seconds of each."""
+    if data_dir is not None:
+        os.makedirs(data_dir, exist_ok=True)      # --data-dir may name a directory to make
     path = tempfile.mkdtemp(prefix=f"outgrow-{name}-", dir=data_dir)
     try:
         peer = Peer(name, path, memory_size)

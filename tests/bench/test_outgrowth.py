@@ -60,6 +60,12 @@ def test_a_store_that_loses_keys_is_reported_not_measured(monkeypatch, tmp_path)
         outgrowth.measure("lmdb", work, None, str(tmp_path))
 
 
+def test_a_data_dir_that_does_not_exist_yet_is_made(tmp_path):
+    work = outgrowth.Workload(2_000, 200)
+    r = outgrowth.measure("lmdb", work, None, str(tmp_path / "not" / "yet"))
+    assert r["load_per_s"] > 0 and (tmp_path / "not" / "yet").is_dir()
+
+
 def test_ratios_are_taken_within_a_round_and_shown_with_their_spread(rows):
     tbl = ot.table(ot.per_round(outgrowth.summary_rows(rows, "rtest", "q1")))
     ps = tbl[tbl["store"] == "pagestore"].iloc[0]
