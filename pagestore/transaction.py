@@ -72,7 +72,6 @@ class Transaction:
         # reported to the next write, a commit included
         self._check_writable = check_writable
         self._writes: dict[bytes, object] = {}
-        self._count = 0                 # writes at commit: pages the batch may change
         self._reads = bytearray()
         self._read_keys: set[bytes] = set()
         self._snap: Snapshot | None = None
@@ -246,7 +245,6 @@ class Transaction:
         with self._lock:
             self._check_open()
             self._open = False
-            self._count = len(self._writes)
             ops = _native.pack_ops((2, k, b"") if v is _DELETED else (1, k, v)
                                    for k, v in self._writes.items())
             reads, snap = bytes(self._reads), self._snap
@@ -284,7 +282,7 @@ class Transaction:
         lsn = -1
         try:
             if engine.signals.throttle_hint:
-                engine.throttle.before_batch(self._count)
+                engine.throttle.before_batch(len(self._writes))   # pages it may change
             try:
                 lsn = fn(*args)
             except _native.Retry as r:

@@ -91,12 +91,15 @@ void batch_gate_open(ps_core *c) {
 /* REQUIRES: the write lock, inside ps_apply_batch between two writes (nothing
  * pinned), `done` of them applied.  Returns with the write lock held again. */
 void batch_turn(ps_core *c, uint64_t done) {
+    int held = c->t_hold == 1 && done == c->t_hold_at;
+    if (!c->ckpt_active && !held) return;     /* no checkpoint calls to let in, no room to wait for */
     int asked = __atomic_load_n(&c->ckpt_waiting, __ATOMIC_ACQUIRE) > 0;
     uint64_t left = c->sig.ckpt_pages;
-    uint64_t copies = c->sig.cow_capacity / 4 < GATE_COPIES ? c->sig.cow_capacity / 4 : GATE_COPIES;
-    int tight = c->ckpt_active && left && !c->gate_gave_up &&
-                (room(c) < GATE_ROOM || c->sig.cow_used + copies >= c->sig.cow_capacity);
-    int held = c->t_hold == 1 && done == c->t_hold_at;
+    int tight = 0;
+    if (c->ckpt_active && left && !c->gate_gave_up) {
+        uint64_t cap = c->sig.cow_capacity, copies = cap / 4 < GATE_COPIES ? cap / 4 : GATE_COPIES;
+        tight = room(c) < GATE_ROOM || c->sig.cow_used + copies >= cap;
+    }
     if (!asked && !tight && !held) return;
     c->sig.batch_turns++;
     c->sig.batch_room_waits += (uint64_t)tight;

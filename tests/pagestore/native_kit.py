@@ -23,6 +23,34 @@ def scan(core, lo=None, hi=None, reverse=False):
             lo, lo_incl = items[-1][0], False
 
 
+PS = 4096
+
+
+class Disk:
+    """The read_page callback over page images held in a dict."""
+
+    def __init__(self, pages=None):
+        self.pages = dict(pages or {})
+
+    def read_page(self, page_id, buf):
+        buf[:] = self.pages[page_id]
+
+
+def copy_all(core, ids):
+    """{page id: its checkpoint image} of `ids`, through ckpt_copy."""
+    out = bytearray(len(ids) * PS)
+    core.ckpt_copy(ids, out)
+    return {pid: bytes(out[i * PS:(i + 1) * PS]) for i, pid in enumerate(ids)}
+
+
+def load_tree(pages, memory=1024 * PS):
+    """A fresh core over the given disk images: the checkpoint's consistent state."""
+    c = _native.Core(PS, memory, 64 * PS, 0, read_page=Disk(pages).read_page)
+    c.wal_disable()
+    c.open_existing(0)
+    return c
+
+
 SEGMENT = 1 << 20
 
 

@@ -3,36 +3,18 @@ checkpoint's copy and release calls get the core lock, nobody else does; a
 page released meanwhile stays released when the batch rolls back, and the
 next checkpoint copies it afresh."""
 
+import os
+import sys
 import threading
 
 from pagestore import _native
 from pagestore._native.batches import pack_puts
 from pagestore._native.testing import batch_failpoints, batch_go, batch_held
 
-PS = 4096
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from native_kit import PS, copy_all, load_tree  # noqa: E402
+
 KEYS = [b"%06d" % i for i in range(3000)]
-
-
-class Disk:
-    def __init__(self, pages):
-        self.pages = dict(pages)
-
-    def read_page(self, page_id, buf):
-        buf[:] = self.pages[page_id]
-
-
-def copy_all(core, ids):
-    out = bytearray(len(ids) * PS)
-    core.ckpt_copy(ids, out)
-    return {pid: bytes(out[i * PS:(i + 1) * PS]) for i, pid in enumerate(ids)}
-
-
-def reopened(pages):
-    """A fresh core over these page images: what the page file would hold."""
-    c = _native.Core(PS, 1024 * PS, 64 * PS, 0, read_page=Disk(pages).read_page)
-    c.wal_disable()
-    c.open_existing(0)
-    return c
 
 
 def in_thread(fn, *args):
@@ -130,7 +112,7 @@ def test_a_page_released_under_an_open_batch_stays_released_when_the_batch_rolls
     pages.update(copy_all(core, ids2))
     core.ckpt_release(ids2)
     core.ckpt_end()
-    disk = reopened(pages)
+    disk = load_tree(pages)
     assert disk.get(KEYS[0]) == b"b" * 80
     assert all(disk.get(k) == b"a" * 80 for k in KEYS[1:])
 
@@ -143,7 +125,7 @@ def test_a_rolled_back_batch_drops_the_pages_it_found_as_the_page_file_has_them(
     core.ckpt_end()
     pages = dict(images)
     pages.update(copy_all_after(core))
-    disk = reopened(pages)
+    disk = load_tree(pages)
     for k in KEYS:
         assert disk.get(k) == (b"b" if k == KEYS[0] else b"a") * 80
     loads = disk.signals.page_loads

@@ -14,33 +14,7 @@ from pagestore import _native
 from pagestore._native.testing import page_image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import scan  # noqa: E402
-
-PS = 4096
-
-
-class Disk:
-    def __init__(self):
-        self.pages = {}
-
-    def read_page(self, page_id, buf):
-        buf[:] = self.pages[page_id]
-
-
-def copy_all(core, ids):
-    out = bytearray(len(ids) * PS)
-    core.ckpt_copy(ids, out)
-    return {pid: bytes(out[i * PS:(i + 1) * PS]) for i, pid in enumerate(ids)}
-
-
-def load_tree(pages, memory=1024 * PS):
-    """A fresh core over the given disk images: the checkpoint's consistent state."""
-    disk = Disk()
-    disk.pages = dict(pages)
-    c = _native.Core(PS, memory, 64 * PS, 0, read_page=disk.read_page)
-    c.wal_disable()
-    c.open_existing(0)
-    return c
+from native_kit import PS, Disk, copy_all, load_tree, scan  # noqa: E402
 
 
 def test_ckpt_begin_returns_sorted_dirty_pages_and_clears_dirty():
