@@ -15,6 +15,9 @@ write rate against a plain sequential write, and recovery time after kill -9.
   The crash child measures it three times between its two phase-A checkpoints
   (``plain_rates``, with ``recovery_rates`` of those checkpoints); the report
   compares the fastest of each.
+* ``scattered_write_rate`` — what a checkpoint's in-place step costs the
+  device: random pages of a file already written (and cached), in ascending
+  order, one 4 KiB pwrite each, then fsync; pages/s including the fsync.
 * ``crash_recovery`` — a child process loads keys and starts a checkpoint with
   ``PAGESTORE_CRASH_POINT`` set (default ``checkpoint.page_written``, a point
   in step 5), so it dies by SIGKILL there; the parent then times
@@ -84,6 +87,42 @@ def sequential_write_rate(nbytes: int, data_dir=None, block: int = MiB) -> dict:
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return dict(bytes=nbytes, seconds=secs, rate=nbytes / secs)
+
+
+def scattered_write_rate(pages: int, span_pages: int, data_dir=None, rounds: int = 3,
+                         page: int = 4096, seed: int = 113) -> dict:
+    """Write ``pages`` random distinct pages of a ``span_pages``-page file in
+    ascending order, through the loop the checkpoint writes its pages in place
+    with (one pwrite per run of adjacent pages, without the GIL), then fsync;
+    the median pages/s of ``rounds`` rounds, each on other pages (at most
+    65,536 a round). The file is written and fsynced untimed first, so, like
+    a store's page file, it is whole and in the page cache."""
+    import random
+
+    from pagestore._native.paging import pwrite_pages
+    span_pages = max(int(span_pages), 2)
+    pages = max(1, min(int(pages), span_pages // 2, 65_536))
+    d = tempfile.mkdtemp(prefix="bench-scatter-", dir=data_dir)
+    rnd, images, rates = random.Random(seed), os.urandom(page) * pages, []
+    try:
+        fd = os.open(os.path.join(d, "pages"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            chunk = os.urandom(256 * page)
+            for first in range(0, span_pages, 256):
+                os.pwrite(fd, chunk[:min(256, span_pages - first) * page], first * page)
+            os.fsync(fd)
+            for _ in range(rounds):
+                ids = sorted(rnd.sample(range(span_pages), pages))
+                t = time.perf_counter()
+                pwrite_pages(fd, ids, images, page)
+                os.fsync(fd)
+                rates.append(pages / (time.perf_counter() - t))
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    rates.sort()
+    return dict(pages=pages, span_pages=span_pages, rates=rates, rate=rates[len(rates) // 2])
 
 
 def _read_tree(path: str) -> tuple[int, float]:

@@ -8,7 +8,8 @@ a chosen multiple of pagestore's page memory (4x and 10x by default), then
 reads random loaded keys, into each store in turn, and prints each store's
 rate with its ratio to LMDB and RocksDB. When pagestore's checkpoints ran, it
 also prints the pages they cleaned per second beside the device's sequential
-write rate, measured right after in the same directory.
+write rate and its rate of scattered in-place page writes, measured right
+after in the same directory, and the keys/s those in-place writes carry.
 
     python -m bench.outgrowth                        # 4x and 10x of 64 MiB
     python -m bench.outgrowth --memory-size 256 --ratios 4 --rounds 3
@@ -156,10 +157,11 @@ class Peer:
         s = self.db.stats()
         keep = ("page_memory_size", "page_memory_used", "page_memory_resident", "page_loads",
                 "evictions", "checkpoints", "throttle_stalls", "throttle_nomem_waits", "throttle_parks",
-                "pages_written", "page_bytes_written", "recovery_bytes_written")
+                "pages_written", "page_bytes_written", "recovery_bytes_written", "page_file_bytes")
         out = {k: s[k] for k in keep if k in s}
         history = s.get("checkpoint_history") or []
         out["ckpt_pages"] = sum(h.get("pages", 0) for h in history)
+        out["ckpt_count"] = len(history)
         out["ckpt_seconds"] = sum(h.get("total_seconds") or 0.0 for h in history)
         out["ckpt_napped_seconds"] = sum(h.get("napped_seconds") or 0.0 for h in history)
         return out
@@ -192,22 +194,37 @@ def measure(name: str, work: Workload, memory_size: int | None, data_dir: str | 
     finally:
         shutil.rmtree(path, ignore_errors=True)
     if facts.get("ckpt_seconds"):
-        facts.update(cleaning(facts, data_dir))
+        facts.update(cleaning(facts, data_dir, work.keys))
     return {"store": name, "load_s": load_s, "get_s": get_s,
             "load_per_s": work.keys / load_s, "get_per_s": len(work.get_keys) / get_s, **facts}
 
 
-def cleaning(facts: dict, data_dir) -> dict:
-    """How fast checkpoints cleaned pages, beside the device's sequential write rate
-    measured now, in the same directory: each cleaned page is written twice (its
-    recovery copy and its place in the page file), so the device's limit is half
-    its sequential rate in pages. The plain write is as large as what the
-    checkpoints wrote, capped at 256 MiB."""
-    from bench.ckptbench import sequential_write_rate
+def cleaning(facts: dict, data_dir, keys: int) -> dict:
+    """How fast checkpoints cleaned pages, beside what the device does, measured
+    now in the same directory. Each cleaned page is written twice: its recovery
+    copy, sequentially, and its place in the page file, scattered. So:
+
+    * ``device_pages_per_s``: half the device's sequential rate in pages (the
+      plain write is as large as what the checkpoints wrote, capped at 256 MiB);
+    * ``device_scattered_pages_per_s``: in-place writes alone, as many random
+      pages as an average checkpoint wrote, over a file the page file's size,
+      ascending, then fsync (what a checkpoint's in-place step asks);
+    * ``inplace_keys_per_s``: that rate over the pages the load wrote in place
+      per key -- about the keys/s the in-place writes alone carry here.
+    """
+    from bench.ckptbench import scattered_write_rate, sequential_write_rate
     written = facts.get("page_bytes_written", 0) + facts.get("recovery_bytes_written", 0)
     seq = sequential_write_rate(min(max(written, MiB), 256 * MiB), data_dir)["rate"]
-    return {"ckpt_pages_per_s": facts["ckpt_pages"] / facts["ckpt_seconds"],
-            "device_write_per_s": seq, "device_pages_per_s": seq / PAGE / 2}
+    out = {"ckpt_pages_per_s": facts["ckpt_pages"] / facts["ckpt_seconds"],
+           "device_write_per_s": seq, "device_pages_per_s": seq / PAGE / 2}
+    span = facts.get("page_file_bytes", 0) // PAGE
+    if facts.get("pages_written") and span >= 2:
+        per_ckpt = facts["ckpt_pages"] / max(facts.get("ckpt_count", 1), 1)
+        scattered = scattered_write_rate(per_ckpt, span, data_dir)["rate"]
+        per_key = facts["pages_written"] / keys
+        out.update(device_scattered_pages_per_s=scattered, pages_written_per_key=per_key,
+                   inplace_keys_per_s=scattered / per_key)
+    return out
 
 
 def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print, rounds: int = 1) -> list:
@@ -236,6 +253,10 @@ def run(cases, stores=STORES, gets: int = 300_000, data_dir=None, say=print, rou
                     say(f"    checkpoints cleaned {r['ckpt_pages_per_s']:,.0f} pages/s while they ran; "
                         f"the device writes {r['device_write_per_s'] / MiB:,.0f} MiB/s sequentially, "
                         f"{r['device_pages_per_s']:,.0f} pages/s at two writes a page")
+                if "inplace_keys_per_s" in r:
+                    say(f"    in place it writes {r['device_scattered_pages_per_s']:,.0f} scattered pages/s; "
+                        f"the load wrote {r['pages_written_per_key']:.2f} pages in place per key, so those "
+                        f"writes alone carry about {r['inplace_keys_per_s']:,.0f} keys/s here")
                 out.append(r)
     return out
 

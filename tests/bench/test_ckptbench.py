@@ -18,6 +18,14 @@ def test_crash_in_step_5_is_recovered_and_timed(tmp_path):
     assert out["missing_or_wrong"] == 0 and out["checked"] == 5000
 
 
+def test_scattered_write_rate_writes_as_many_pages_as_asked_within_the_span_and_leaves_nothing(tmp_path):
+    r = ckptbench.scattered_write_rate(300, 1000, str(tmp_path), rounds=3)
+    assert (r["pages"], r["span_pages"], len(r["rates"])) == (300, 1000, 3)
+    assert r["rate"] == sorted(r["rates"])[1] > 0
+    assert ckptbench.scattered_write_rate(900, 1000, str(tmp_path), rounds=1)["pages"] == 500
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sequential_write_rate_is_positive(tmp_path):
     r = ckptbench.sequential_write_rate(4 << 20, str(tmp_path))
     assert r["bytes"] == 4 << 20 and r["rate"] > 0

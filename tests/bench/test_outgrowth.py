@@ -46,6 +46,13 @@ def test_checkpoint_cleaning_is_reported_beside_the_devices_sequential_write_rat
     assert all("ckpt_pages_per_s" not in r for r in rows if r["store"] != "pagestore")
 
 
+def test_the_keys_the_devices_scattered_writes_carry_follow_from_the_pages_written_per_key(rows):
+    ps = rows[0]
+    assert ps["page_file_bytes"] > 0 and ps["ckpt_count"] > 0 and ps["device_scattered_pages_per_s"] > 0
+    assert ps["pages_written_per_key"] == pytest.approx(ps["pages_written"] / ps["keys"])
+    assert ps["inplace_keys_per_s"] == pytest.approx(ps["device_scattered_pages_per_s"] / ps["pages_written_per_key"])
+
+
 def test_a_store_that_loses_keys_is_reported_not_measured(monkeypatch, tmp_path):
     real = outgrowth.Peer.__init__
 
