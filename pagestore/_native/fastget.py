@@ -21,7 +21,7 @@ from __future__ import annotations
 from . import ffi, lib
 from .. import _fastget
 
-__all__ = ["SLOW", "reader"]
+__all__ = ["SLOW", "getter", "reader"]
 
 SLOW = _fastget.SLOW
 """What `Reader.get` returns when only the ordinary path can answer."""
@@ -36,3 +36,13 @@ def reader(core) -> "_fastget.Reader":
     pointer (and so the C core) alive."""
     pointer = core.pointer
     return _fastget.Reader(_TABLE, int(ffi.cast("uintptr_t", pointer)), pointer)
+
+
+def getter(store, method, open_states: tuple) -> "_fastget.Getter":
+    """A callable to install as `store.get`: while `store._state` is one of
+    `open_states` it answers `get(key, default=None)` from `store._reader` (a
+    `reader`) in one C call; for anything that reader cannot answer, another
+    state or other arguments it calls `method(store, ...)`, the class's `get`.
+    Both attributes are read at every call, so a reader swapped in or a state
+    changed is seen at once."""
+    return _fastget.Getter(store, method, open_states)

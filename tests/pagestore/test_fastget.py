@@ -303,3 +303,50 @@ def test_state_checks_come_first_in_a_forked_child(roomy):
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert roomy.get(b"k") == b"v"
+
+
+def test_a_stores_get_is_one_c_call_that_answers_as_the_method_does(roomy):
+    items = fill(roomy, random.Random(7), 2_000, (1, 90, 700))
+    get = roomy.get
+    assert type(get) is _native.fastget._fastget.Getter and get.__doc__ == pagestore.Database.get.__doc__
+    method = pagestore.Database.get.__get__(roomy)
+    for k in list(items)[:500] + [b"absent", b"x" * 1024]:
+        assert get(k) == method(k) and get(k, D) == method(k, D) and get(k, default=D) == method(k, default=D)
+        assert get(bytearray(k), D) == method(bytearray(k), D)
+    for bad, error in ((b"x" * 2000, pagestore.KeyTooLargeError), ("text", TypeError)):
+        for call in (get, method):
+            with pytest.raises(error):
+                call(bad)
+    with pytest.raises(TypeError):
+        get()
+
+
+def test_a_get_taken_before_compact_is_served_by_the_new_engines_reader(tmp_path):
+    # The installed get reads the store's reader at every call: after a swap
+    # it answers from the new core itself instead of handing every key to
+    # the method (which a get holding the old, closed reader would do).
+    db = pagestore.open(tmp_path / "s")
+    try:
+        db.put_many([(b"k%05d" % i, b"v" * 50) for i in range(3_000)])
+        handed = []
+
+        def method(store, *args, **kwargs):
+            handed.append(args)
+            return pagestore.Database.get(store, *args, **kwargs)
+
+        get = _native.getter(db, method, (pagestore.database.State.OPEN,))
+        assert get(b"k00001") == b"v" * 50 and handed == []
+        db.delete(b"k00002")
+        db.compact()
+        db.put(b"after", b"new")
+        assert [get(b"k00001"), get(b"k00002", D), get(b"after")] == [b"v" * 50, D, b"new"]
+        assert handed == []
+        db._state = pagestore.database.State.FORKED      # a state it does not answer in
+        try:
+            with pytest.raises(pagestore.ClosedError):
+                get(b"k00001")
+        finally:
+            db._state = pagestore.database.State.OPEN
+        assert handed == [(b"k00001",)]
+    finally:
+        db.close()
