@@ -21,6 +21,7 @@ import posixpath
 import sys
 
 from pagestore.diskio import layout
+from pagestore.wal.recseal import is_record_sealed
 
 from .tools import (ReadOnlyFS, SegmentView, ToolError, check_store_path, checkpoint_dir, free_pages, lock_holder,
                     page_file, recovery_file_summary, scan_wal, walk_segment, wal_slots)
@@ -98,15 +99,24 @@ def _inspect_wal(store: str, cpd: dict, cipher=None) -> dict:
                             "state": "blank" if s.blank else "invalid header"} for s in slots]
         return res
     view = SegmentView(slots, seg_size, cipher)
+    sealed = 0
     try:
         for s in slots:
             if s.header is None:
                 res["segments"].append({"slot": s.number, "file": s.path, "bytes": s.size,
                                         "state": "blank" if s.blank else "invalid header"})
+            elif cipher is None and is_record_sealed(s.header):
+                # without the key a record's payload cannot be told from damage
+                sealed += 1
+                res["segments"].append({"slot": s.number, "file": s.path, "bytes": s.size,
+                                        "seq": s.seq, "state": "sealed"})
             else:
                 res["segments"].append(dict(walk_segment(view, s), state="segment"))
     finally:
         view.close()
+    if sealed:                  # the replay scan would read sealed records: no range without the key
+        res["sealed_segments"] = sealed
+        return res
     cp = cpd["state"]
     complete = cp.last_complete
     start = cpd["checkpoints"][complete]["start"] if complete is not None else None
@@ -202,11 +212,17 @@ def _print_inspect(rep: dict, out) -> None:
     w(f"wal          {wal['dir']}: {len(wal['segments'])} slot file(s), segment_size {wal['segment_size']}\n")
     w("  slot  seq     first_lsn     last_lsn      end_lsn       records   bytes      role\n")
     for s in wal["segments"]:
+        if s["state"] == "sealed":
+            w(f"  {s['slot']:>4}  {s['seq']:<6}  (records sealed)  {s['bytes']} bytes\n")
+            continue
         if s["state"] != "segment":
             w(f"  {s['slot']:>4}  ({s['state']})  {s['bytes']} bytes\n")
             continue
         w(f"  {s['slot']:>4}  {s['seq']:<6}  {_s(s['first_lsn']):<12}  {_s(s['last_lsn']):<12}  "
           f"{_s(s['end_lsn']):<12}  {s['records']:<8}  {s['bytes']:<9}  {s.get('role', '-')}\n")
+    if wal.get("sealed_segments"):
+        w(f"  the records of {wal['sealed_segments']} segment(s) are sealed (encrypted store): "
+          "pass --key-file to read them and the replay range\n")
     r = wal.get("replay")
     if r:
         w(f"  replay from lsn {r['from_lsn']} (checkpoint {r['checkpoint_id']}): {r['records']} records over "
@@ -309,7 +325,8 @@ def main(argv=None) -> int:
         elif args.command == "verify":
             _print_verify(rep, sys.stdout)
         elif args.command in ("backup", "compact"):
-            sys.stdout.write("".join(f"{k:<22} {v}\n" for k, v in rep.items()))
+            sys.stdout.write("".join(f"{k:<22} {v:.2f}\n" if isinstance(v, float) else f"{k:<22} {v}\n"
+                                     for k, v in rep.items()))
         else:
             _print_inspect(rep, sys.stdout)
         sys.stdout.flush()
