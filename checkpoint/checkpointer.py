@@ -243,7 +243,9 @@ class Checkpointer(CheckpointSteps):
                 self._thread.start()
 
     def close(self, final_checkpoint: bool = True) -> None:
-        """Stop the thread and pool; first run a final checkpoint (clean close)."""
+        """Stop the thread and pool; first run a final checkpoint (clean close).
+        Without one, a running checkpoint finishes at full speed and none begins
+        after, even for a pending request (its waiters get CheckpointerError)."""
         try:
             if final_checkpoint and not self._dead() and not self._stopping:
                 self.start()
@@ -303,11 +305,15 @@ class Checkpointer(CheckpointSteps):
         while True:
             with self._cond:
                 while True:
+                    if self._stopping:
+                        # nothing begins after close, even for a pending request: a
+                        # simulated kill (Engine.abandon) must not checkpoint after it
+                        self._failed_upto = self._requested
+                        self._cond.notify_all()
+                        return
                     due = time.monotonic() >= self._retry_at
                     if due and (self._requested > self._done or self._attempt is not None):
                         break
-                    if self._stopping:
-                        return
                     left = self._interval_due()
                     if due and left is not None and left <= 0:
                         self._reasons.append("interval")
@@ -324,8 +330,7 @@ class Checkpointer(CheckpointSteps):
                     self._reasons.clear()
                 else:
                     covering, reason = attempt.covering, attempt.stats["reason"]
-                if not self._stopping:
-                    self._hurry.clear()     # `_hurry_now` names the next hurry's reason
+                self._hurry.clear()         # `_hurry_now` names the next hurry's reason
             try:
                 self._run(reason, covering)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiter, then retried

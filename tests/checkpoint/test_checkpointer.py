@@ -265,6 +265,51 @@ def test_close_runs_a_final_checkpoint(store):
     assert cp.stats()["last_checkpoint"]["reason"] == "close"
 
 
+def test_close_without_a_final_checkpoint_begins_none_for_a_pending_request(store):
+    # Database._abandon (a killed process) closes the checkpointer this way: a
+    # checkpoint begun by the close would log a CHECKPOINT record and write
+    # pages and markers after the simulated kill.
+    fs, src, sink, wal, rng, start = store
+    cp = start()
+    dirty(src, rng, range(3), 1)
+    writing, go = threading.Event(), threading.Event()
+
+    def hold(_ids):
+        writing.set()
+        assert go.wait(60)
+    sink.on_write = hold
+    cp.request("first")
+    assert writing.wait(60)                       # checkpoint 1 is in its page phase
+    dirty(src, rng, range(3), 2)
+    answers = []
+
+    def waiter():
+        try:
+            answers.append(cp.checkpoint(wait=True, reason="pending", timeout=60))
+        except (CheckpointerError, TimeoutError) as e:
+            answers.append(e)
+    w = threading.Thread(target=waiter)
+    w.start()
+    for _ in range(6000):                         # until the waiter's request is pending
+        if cp.pending():
+            break
+        threading.Event().wait(0.01)
+    closer = threading.Thread(target=cp.close, kwargs=dict(final_checkpoint=False))
+    closer.start()
+    for _ in range(6000):                         # until the close has told the thread to stop
+        if cp._stopping:
+            break
+        threading.Event().wait(0.01)
+    go.set()
+    closer.join(60)
+    w.join(60)
+    assert not closer.is_alive() and not w.is_alive()
+    assert cp.stats()["checkpoints"] == 1 and len(wal.flushed) == 1, [h["reason"] for h in cp.stats()["checkpoint_history"]]
+    assert scan(fs, "/db/cp").max_id == 1         # no marker or recovery file of a checkpoint 2
+    assert len(answers) == 1 and isinstance(answers[0], CheckpointerError), answers
+    assert "closed" in str(answers[0])
+
+
 def test_refuses_to_start_over_an_interrupted_checkpoint(store):
     fs, src, sink, wal, rng, start = store
     cp = start()
