@@ -94,7 +94,7 @@ def scattered_write_rate(pages: int, span_pages: int, data_dir=None, rounds: int
     """Write ``pages`` random distinct pages of a ``span_pages``-page file in
     ascending order, one pwrite a page (as a checkpoint writes pages that are
     not adjacent; ~1 us of Python a call, small beside the device's time),
-    then fsync; the median pages/s of ``rounds`` rounds, each on other pages.
+    then fsync; the median pages/s of ``rounds`` rounds, each drawn afresh.
     The file is written and fsynced untimed first, so, like a store's page
     file, it is whole and in the page cache."""
     import random

@@ -217,7 +217,7 @@ def cleaning(facts: dict, data_dir, keys: int) -> dict:
     seq = sequential_write_rate(min(max(written, MiB), 256 * MiB), data_dir)["rate"]
     out = {"ckpt_pages_per_s": facts["ckpt_pages"] / facts["ckpt_seconds"],
            "device_write_per_s": seq, "device_pages_per_s": seq / PAGE / 2}
-    span = facts.get("page_file_bytes", 0) // PAGE
+    span = (facts.get("page_file_bytes") or 0) // PAGE    # None while a checkpoint held the figure
     if facts.get("pages_written") and span >= 2:
         per_ckpt = facts["ckpt_pages"] / max(facts.get("ckpt_count", 1), 1)
         scattered = scattered_write_rate(per_ckpt, span, data_dir)["rate"]

@@ -55,6 +55,7 @@ def _members(cls):
                 continue
             if isinstance(obj, (staticmethod, classmethod)):
                 obj = obj.__func__
+            obj = getattr(obj, "__wrapped__", obj)      # a method served in C (Database.get)
             if inspect.isfunction(obj) or isinstance(obj, property):
                 out = [(n, o) for n, o in out if n != name] + [(name, obj)]
     return sorted(out, key=lambda m: (m[0].startswith("_"), m[0]))

@@ -72,7 +72,7 @@ class State(enum.Enum):
 
 _OPEN = State.OPEN
 _READABLE = (State.FAILED, State.READ_ONLY, State.CHECKPOINT_FAILED)   # reads go on; writes check
-_GETTER_STATES = (State.OPEN,) + _READABLE     # where the installed `get` answers in C
+_GETTER_STATES = (State.OPEN,) + _READABLE     # where `get` answers in C
 _CLOSABLE = (_OPEN, State.FAILED, State.READ_ONLY, State.CHECKPOINT_FAILED)
 
 
@@ -251,11 +251,7 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
         reader = _native.reader(core)     # gets of pages in memory, GIL held (_native/fastget.py)
         # a miss is loaded in C too, without the GIL (only errors come back SLOW)
         self._fast_get, self._fast_get_many = reader.get_or_load, reader.get_many
-        self._reader = reader             # what the installed `get` reads from (below)
-        if type(self).get is Database.get:
-            # `get` as one C call while the store is open; it calls Database.get
-            # for everything else, and finds a reader swapped in here at once
-            self.__dict__.setdefault("get", _native.getter(self, Database.get, _GETTER_STATES))
+        self._reader = reader             # what `get` (a C method) reads at every call
         self._wal_commit = self._commit_route or engine.wal.commit
         # durable writes: the write and its commit's wait in one C call
         waited = getattr(engine, "waited_writes", None)     # a read-only engine has none
@@ -358,6 +354,11 @@ class Database(MappingMixin, OrderedReads, BackupMixin, CompactMixin, Checkpoint
                 return self.get(key, default)
             raise
         return default if v is None else v
+
+    # the same `get`, served in C while the store is open (or reads go on): a
+    # method descriptor over the store's current reader, no Python frame per
+    # call; the function above answers everything else (_native/fastget.py)
+    get = _native.get_method(get, _GETTER_STATES)
 
     def delete(self, key, sync: bool = False) -> bool:
         """Remove `key`; True if it was there. `sync` as for `put`."""

@@ -115,7 +115,7 @@ from .sealing import open_pages, seal_pages, seal_records  # noqa: E402
 from .paging import check_page, file_header_info, pwrite_pages, seal_page  # noqa: E402
 from .gcommit import GroupCommit  # noqa: E402
 from .reads import get_many  # noqa: E402
-from .fastget import SLOW, getter, reader  # noqa: E402
+from .fastget import SLOW, get_method, reader  # noqa: E402
 
 __all__ = [
     "Core", "Retry", "NativeError", "SNAPSHOT_CODECS", "Capabilities", "CAPABILITIES",
@@ -123,7 +123,7 @@ __all__ = [
     "WalScanner", "wal_scan", "WAL_SCAN_CHUNK", "wal_seal_available", "lz4_available",
     "RecordFramer", "frame_recovery_records", "compact_pages", "frame_record_heads",
     "parse_recovery_records", "seal_pages", "seal_records", "open_pages",
-    "seal_page", "check_page", "file_header_info", "pwrite_pages", "GroupCommit", "get_many", "SLOW", "reader", "getter",
+    "seal_page", "check_page", "file_header_info", "pwrite_pages", "GroupCommit", "get_many", "SLOW", "reader", "get_method",
     "MAX_KEY", "MAX_VALUE", "MIN_PAGE_SIZE", "MAX_PAGE_SIZE", "PAGE_HEADER_SIZE",
     "RECORD_HEADER_SIZE", "RECFILE_HEADER_SIZE",
 ]

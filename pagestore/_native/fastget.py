@@ -21,7 +21,7 @@ from __future__ import annotations
 from . import ffi, lib
 from .. import _fastget
 
-__all__ = ["SLOW", "getter", "reader"]
+__all__ = ["SLOW", "get_method", "reader"]
 
 SLOW = _fastget.SLOW
 """What `Reader.get` returns when only the ordinary path can answer."""
@@ -38,11 +38,13 @@ def reader(core) -> "_fastget.Reader":
     return _fastget.Reader(_TABLE, int(ffi.cast("uintptr_t", pointer)), pointer)
 
 
-def getter(store, method, open_states: tuple) -> "_fastget.Getter":
-    """A callable to install as `store.get`: while `store._state` is one of
-    `open_states` it answers `get(key, default=None)` from `store._reader` (a
+
+def get_method(func, open_states: tuple) -> "_fastget.GetMethod":
+    """`func` (a store class's Python `get(self, key, default=None)`) as a
+    method served in C: called with (store, key[, default]) while
+    `store._state` is one of `open_states` it answers from `store._reader` (a
     `reader`) in one C call; for anything that reader cannot answer, another
-    state or other arguments it calls `method(store, ...)`, the class's `get`.
-    Both attributes are read at every call, so a reader swapped in or a state
-    changed is seen at once."""
-    return _fastget.Getter(store, method, open_states)
+    state or keyword arguments it calls `func`. Both attributes are read at
+    every call, so a reader swapped in or a state changed is seen at once.
+    It holds no store: a bound `store.get` is an ordinary bound method."""
+    return _fastget.GetMethod(func, open_states)

@@ -18,6 +18,7 @@
  * The answers are the same whichever path served them. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #include "ps_fastget.h"
 
@@ -246,131 +247,153 @@ static PyTypeObject ReaderType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* ---- Getter: a store's `get` as one C call -------------------------------
+/* ---- GetMethod: `Database.get` as one C call ----------------------------
  *
  * A Python method costs a frame, a state check and two attribute lookups per
- * call: at a million gets a second, a tenth of the time.  A Getter is
- * installed as the store's own `get` attribute and answers from the store's
- * current reader while the store's state is one it is given as open;
- * anything else (another state, a reader that says SLOW, keyword arguments)
- * calls the store class's `get` method, the ordinary path, which waits,
- * raises and names what went wrong.  It reads `_state` and `_reader` from the
- * store's __dict__ at every call, so a reader the store swaps in (compact)
- * or a state it moves to is seen at once, also by a `get` taken earlier. */
+ * call: at a million gets a second, a tenth of the time.  A GetMethod is the
+ * class attribute `Database.get`: a method descriptor (a bound `db.get` is an
+ * ordinary bound method; `db.get(k)` calls it with the store first, no bound
+ * object made), so it holds no store and no store holds it.  Called with
+ * (store, key[, default]) it answers from `store._reader` while
+ * `store._state` is one of the states it was given; anything else (another
+ * state, a reader that says SLOW, keyword arguments) goes to `func`, the
+ * Python implementation, which waits, raises and names what went wrong.  It
+ * reads `_state` and `_reader` from the store's __dict__ at every call, so a
+ * reader the store swaps in (compact) or a state it moves to is seen at once. */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *store;       /* the store */
-    PyObject *dict;        /* its __dict__ */
-    PyObject *method;      /* the class's get: method(store, key, default) */
+    PyObject *func;        /* func(store, key, default=None): the Python get */
     PyObject *open;        /* tuple of the states the reader may answer in */
     vectorcallfunc vectorcall;
-} Getter;
+} GetMethod;
 
 static PyObject *str_state, *str_reader;
 
-static PyObject *Getter_slow(Getter *g, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *small[8], **all = small;
-    if (n + nk + 1 > 8 && (all = PyMem_Malloc((size_t)(n + nk + 1) * sizeof *all)) == NULL)
-        return PyErr_NoMemory();
-    all[0] = g->store;
-    for (Py_ssize_t i = 0; i < n + nk; i++) all[i + 1] = args[i];
-    PyObject *r = PyObject_Vectorcall(g->method, all, (size_t)(n + 1), kwnames);
-    if (all != small) PyMem_Free(all);
-    return r;
+/* store's __dict__ (a new reference), or NULL with no error set */
+static PyObject *dict_of(PyObject *store) {
+#if PY_VERSION_HEX < 0x030C0000
+    PyObject **dp = _PyObject_GetDictPtr(store);
+    return dp != NULL && *dp != NULL ? Py_NewRef(*dp) : NULL;
+#else
+    PyObject *d = PyObject_GenericGetDict(store, NULL);
+    if (d == NULL) PyErr_Clear();
+    return d;
+#endif
 }
 
-static PyObject *Getter_call(Getter *g, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+static PyObject *GetMethod_call(GetMethod *g, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || n < 1 || n > 2) return Getter_slow(g, args, nargsf, kwnames);
-    PyObject *state = PyDict_GetItemWithError(g->dict, str_state);       /* borrowed */
-    PyObject *reader = PyDict_GetItemWithError(g->dict, str_reader);
-    if (PyErr_Occurred()) return NULL;
+    if (g->func == NULL) return not_ready();
+    if (kwnames != NULL || n < 2 || n > 3 || !PyBytes_CheckExact(args[1]))
+        return PyObject_Vectorcall(g->func, args, nargsf, kwnames);
+    PyObject *dict = dict_of(args[0]);
+    if (dict == NULL) return PyObject_Vectorcall(g->func, args, nargsf, kwnames);
+    PyObject *state = PyDict_GetItemWithError(dict, str_state);      /* borrowed */
+    PyObject *reader = state ? PyDict_GetItemWithError(dict, str_reader) : NULL;
+    Py_XINCREF(reader);                /* the lookup may release the GIL */
+    Py_DECREF(dict);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(reader);
+        return NULL;
+    }
     int open = 0;
     for (Py_ssize_t i = 0; state != NULL && i < PyTuple_GET_SIZE(g->open); i++)
         open |= PyTuple_GET_ITEM(g->open, i) == state;
-    if (!open || reader == NULL || !Py_IS_TYPE(reader, &ReaderType))
-        return Getter_slow(g, args, nargsf, kwnames);
-    PyObject *two[2] = {args[0], n == 2 ? args[1] : Py_None};
-    Py_INCREF(reader);                 /* the lookup may release the GIL */
+    if (!open || reader == NULL || !Py_IS_TYPE(reader, &ReaderType)) {
+        Py_XDECREF(reader);
+        return PyObject_Vectorcall(g->func, args, nargsf, kwnames);
+    }
+    PyObject *two[2] = {args[1], n == 3 ? args[2] : Py_None};
     PyObject *v = Reader_get_or_load((Reader *)reader, two, 2);
     Py_DECREF(reader);
     if (v != slow) return v;
     Py_DECREF(v);
-    return Getter_slow(g, args, nargsf, kwnames);
+    return PyObject_Vectorcall(g->func, args, nargsf, kwnames);
 }
 
-static int Getter_init(Getter *g, PyObject *args, PyObject *kwds) {
-    PyObject *store, *method, *open;
-    static char *kwlist[] = {"store", "method", "open_states", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!:Getter", kwlist, &store, &method,
-                                     &PyTuple_Type, &open))
+static int GetMethod_init(GetMethod *g, PyObject *args, PyObject *kwds) {
+    PyObject *func, *open;
+    static char *kwlist[] = {"func", "open_states", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!:GetMethod", kwlist, &func, &PyTuple_Type, &open))
         return -1;
-    PyObject **dictp = _PyObject_GetDictPtr(store);
-    if (dictp == NULL || *dictp == NULL || !PyDict_CheckExact(*dictp)) {
-        PyErr_SetString(PyExc_TypeError, "Getter: the store must have a __dict__");
+    if (!PyCallable_Check(func)) {
+        PyErr_SetString(PyExc_TypeError, "GetMethod: func must be callable");
         return -1;
     }
-    Py_XSETREF(g->store, Py_NewRef(store));
-    Py_XSETREF(g->dict, Py_NewRef(*dictp));
-    Py_XSETREF(g->method, Py_NewRef(method));
+    Py_XSETREF(g->func, Py_NewRef(func));
     Py_XSETREF(g->open, Py_NewRef(open));
-    g->vectorcall = (vectorcallfunc)Getter_call;
+    g->vectorcall = (vectorcallfunc)GetMethod_call;
     return 0;
 }
 
-static PyObject *Getter_tp_call(Getter *g, PyObject *args, PyObject *kwds) {
+static PyObject *GetMethod_tp_call(GetMethod *g, PyObject *args, PyObject *kwds) {
     if (g->vectorcall == NULL) return not_ready();
     return PyVectorcall_Call((PyObject *)g, args, kwds);
 }
 
-static int Getter_traverse(Getter *g, visitproc visit, void *arg) {
-    Py_VISIT(g->store);
-    Py_VISIT(g->dict);
-    Py_VISIT(g->method);
+static PyObject *GetMethod_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int GetMethod_traverse(GetMethod *g, visitproc visit, void *arg) {
+    Py_VISIT(g->func);
     Py_VISIT(g->open);
     return 0;
 }
 
-static int Getter_clear(Getter *g) {
+static int GetMethod_clear(GetMethod *g) {
     g->vectorcall = NULL;
-    Py_CLEAR(g->store);
-    Py_CLEAR(g->dict);
-    Py_CLEAR(g->method);
+    Py_CLEAR(g->func);
     Py_CLEAR(g->open);
     return 0;
 }
 
-static void Getter_dealloc(Getter *g) {
+static void GetMethod_dealloc(GetMethod *g) {
     PyObject_GC_UnTrack(g);
-    Getter_clear(g);
+    GetMethod_clear(g);
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
-static PyObject *Getter_get_doc(Getter *g, void *closure) {
-    (void)closure;
-    if (g->method == NULL) Py_RETURN_NONE;
-    return PyObject_GetAttrString(g->method, "__doc__");
+/* __doc__, __name__, __qualname__, __module__ are func's; __wrapped__ is func
+ * itself, so inspect.signature and help() show its signature */
+static PyObject *GetMethod_attr(GetMethod *g, void *name) {
+    if (g->func == NULL) return not_ready();
+    if (strcmp((const char *)name, "__wrapped__") == 0) return Py_NewRef(g->func);
+    return PyObject_GetAttrString(g->func, (const char *)name);
 }
 
-static PyGetSetDef Getter_getset[] = {
-    {"__doc__", (getter)Getter_get_doc, NULL, NULL, NULL},
+static PyGetSetDef GetMethod_getset[] = {
+    {"__doc__", (getter)GetMethod_attr, NULL, NULL, "__doc__"},
+    {"__name__", (getter)GetMethod_attr, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)GetMethod_attr, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)GetMethod_attr, NULL, NULL, "__module__"},
+    {"__wrapped__", (getter)GetMethod_attr, NULL, NULL, "__wrapped__"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject GetterType = {
+static PyObject *GetMethod_repr(GetMethod *g) {
+    if (g->func == NULL) return PyUnicode_FromString("<GetMethod (not ready)>");
+    return PyUnicode_FromFormat("<C-served %R>", g->func);
+}
+
+static PyTypeObject GetMethodType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pagestore._fastget.Getter",
-    .tp_basicsize = sizeof(Getter),
-    .tp_dealloc = (destructor)Getter_dealloc,
-    .tp_vectorcall_offset = offsetof(Getter, vectorcall),
-    .tp_call = (ternaryfunc)Getter_tp_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_traverse = (traverseproc)Getter_traverse,
-    .tp_clear = (inquiry)Getter_clear,
-    .tp_getset = Getter_getset,
-    .tp_init = (initproc)Getter_init,
+    .tp_name = "pagestore._fastget.GetMethod",
+    .tp_basicsize = sizeof(GetMethod),
+    .tp_dealloc = (destructor)GetMethod_dealloc,
+    .tp_vectorcall_offset = offsetof(GetMethod, vectorcall),
+    .tp_call = (ternaryfunc)GetMethod_tp_call,
+    .tp_repr = (reprfunc)GetMethod_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = (traverseproc)GetMethod_traverse,
+    .tp_clear = (inquiry)GetMethod_clear,
+    .tp_getset = GetMethod_getset,
+    .tp_descr_get = GetMethod_descr_get,
+    .tp_init = (initproc)GetMethod_init,
     .tp_new = PyType_GenericNew,
 };
 
@@ -382,7 +405,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastget(void) {
-    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&GetterType) < 0) return NULL;
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&GetMethodType) < 0) return NULL;
     if (str_state == NULL && (str_state = PyUnicode_InternFromString("_state")) == NULL) return NULL;
     if (str_reader == NULL && (str_reader = PyUnicode_InternFromString("_reader")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
@@ -393,7 +416,7 @@ PyMODINIT_FUNC PyInit__fastget(void) {
     }
     if (PyModule_AddObjectRef(m, "SLOW", slow) < 0) goto fail;
     if (PyModule_AddObjectRef(m, "Reader", (PyObject *)&ReaderType) < 0) goto fail;
-    if (PyModule_AddObjectRef(m, "Getter", (PyObject *)&GetterType) < 0) goto fail;
+    if (PyModule_AddObjectRef(m, "GetMethod", (PyObject *)&GetMethodType) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "TABLE_VERSION", PS_FAST_VERSION) < 0) goto fail;
     return m;
 fail:

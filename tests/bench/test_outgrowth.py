@@ -158,3 +158,12 @@ def test_quick_runs_the_scenario_and_writes_its_rows_under_the_session(monkeypat
     quick = json.loads((tmp_path / "quick.json").read_text())
     assert {r["session"] for r in back} == {quick["session"]}
     assert len(quick["outgrowth"]) == 2 * len(outgrowth.STORES) and quick["outgrowth_seconds"] > 0
+
+
+def test_cleaning_skips_the_scattered_write_when_the_page_files_size_is_unknown(tmp_path):
+    # stats() gives page_file_bytes None while a checkpoint holds the figure
+    facts = {"ckpt_pages": 100, "ckpt_seconds": 0.1, "ckpt_count": 2, "pages_written": 90,
+             "page_bytes_written": 90 * 4096, "recovery_bytes_written": 90 * 4096, "page_file_bytes": None}
+    out = outgrowth.cleaning(facts, str(tmp_path), 100)
+    assert out["ckpt_pages_per_s"] == pytest.approx(1000) and "inplace_keys_per_s" not in out
+    assert list(tmp_path.iterdir()) == []

@@ -4,11 +4,14 @@ else back, never deadlocks with writers that call into Python, and leaks
 neither references nor memory."""
 
 import gc
+import inspect
 import os
 import random
 import subprocess
 import sys
 import tracemalloc
+import weakref
+from unittest import mock
 
 import pytest
 
@@ -305,14 +308,17 @@ def test_state_checks_come_first_in_a_forked_child(roomy):
     assert roomy.get(b"k") == b"v"
 
 
+
 def test_a_stores_get_is_one_c_call_that_answers_as_the_method_does(roomy):
     items = fill(roomy, random.Random(7), 2_000, (1, 90, 700))
-    get = roomy.get
-    assert type(get) is _native.fastget._fastget.Getter and get.__doc__ == pagestore.Database.get.__doc__
-    method = pagestore.Database.get.__get__(roomy)
+    served = pagestore.Database.__dict__["get"]
+    assert type(served) is _native.fastget._fastget.GetMethod
+    get, method = roomy.get, served.__wrapped__.__get__(roomy)      # the Python get, uncached
+    assert get.__self__ is roomy and get.__doc__ == method.__doc__
+    assert str(inspect.signature(get)) == "(key, default=None)"
     for k in list(items)[:500] + [b"absent", b"x" * 1024]:
         assert get(k) == method(k) and get(k, D) == method(k, D) and get(k, default=D) == method(k, default=D)
-        assert get(bytearray(k), D) == method(bytearray(k), D)
+        assert roomy.get(k, D) == method(k, D) and get(bytearray(k), D) == method(bytearray(k), D)
     for bad, error in ((b"x" * 2000, pagestore.KeyTooLargeError), ("text", TypeError)):
         for call in (get, method):
             with pytest.raises(error):
@@ -321,20 +327,46 @@ def test_a_stores_get_is_one_c_call_that_answers_as_the_method_does(roomy):
         get()
 
 
+def test_a_store_dropped_without_close_is_closed_by_reference_counting_alone(tmp_path):
+    # `get` holds no store and no store holds a `get`: dropping the last
+    # reference closes the store at once, with the collector off, as before.
+    gc.disable()
+    try:
+        db = pagestore.open(tmp_path / "s")
+        db.put(b"k", b"v")
+        assert db.get(b"k") == b"v"
+        gone = weakref.ref(db)
+        del db
+        assert gone() is None
+        with pagestore.open(tmp_path / "s") as again:       # its directory is free
+            assert again.get(b"k") == b"v"
+    finally:
+        gc.enable()
+
+
+def test_a_get_taken_from_a_store_keeps_it_open_as_a_bound_method_does(tmp_path):
+    db = pagestore.open(tmp_path / "s")
+    held, get = weakref.ref(db), db.get
+    del db
+    gc.collect()
+    assert get(b"absent", b"d") == b"d" and held() is not None and held().state is pagestore.State.OPEN
+    held().close()
+
+
 def test_a_get_taken_before_compact_is_served_by_the_new_engines_reader(tmp_path):
-    # The installed get reads the store's reader at every call: after a swap
-    # it answers from the new core itself instead of handing every key to
-    # the method (which a get holding the old, closed reader would do).
+    # `get` reads the store's reader at every call: after a swap it answers
+    # from the new core itself instead of handing every key to the Python
+    # get (which a get holding the old, closed reader would do).
     db = pagestore.open(tmp_path / "s")
     try:
         db.put_many([(b"k%05d" % i, b"v" * 50) for i in range(3_000)])
         handed = []
 
-        def method(store, *args, **kwargs):
+        def python_get(store, *args, **kwargs):
             handed.append(args)
-            return pagestore.Database.get(store, *args, **kwargs)
+            return pagestore.Database.get.__wrapped__(store, *args, **kwargs)
 
-        get = _native.getter(db, method, (pagestore.database.State.OPEN,))
+        get = _native.get_method(python_get, (pagestore.database.State.OPEN,)).__get__(db)
         assert get(b"k00001") == b"v" * 50 and handed == []
         db.delete(b"k00002")
         db.compact()
@@ -348,5 +380,16 @@ def test_a_get_taken_before_compact_is_served_by_the_new_engines_reader(tmp_path
         finally:
             db._state = pagestore.database.State.OPEN
         assert handed == [(b"k00001",)]
+    finally:
+        db.close()
+
+
+def test_patching_database_get_reaches_every_store(tmp_path):
+    db = pagestore.open(tmp_path / "s")
+    try:
+        seen = []
+        with mock.patch.object(pagestore.Database, "get", lambda self, key, default=None: seen.append(key)):
+            db.get(b"k")
+        assert seen == [b"k"] and db.get(b"k", D) is D
     finally:
         db.close()
