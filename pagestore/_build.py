@@ -16,7 +16,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
-SOURCES = ["crc32c.c", "pagemem.c", "pageio.c", "walenc.c", "walseg.c", "physrec.c", "walscan.c", "btree.c", "core.c", "recframe.c", "walseal.c", "aesni.c", "pageseal.c", "prefault.c", "undolog.c", "mvcc.c", "gcommit.c", "gcround.c", "gcsyncer.c", "getmany.c", "fasttable.c", "batchgate.c"]
+SOURCES = ["crc32c.c", "pagemem.c", "pageio.c", "walenc.c", "walseg.c", "physrec.c", "walscan.c", "btree.c", "core.c", "recframe.c", "walseal.c", "aesni.c", "pageseal.c", "prefault.c", "undolog.c", "mvcc.c", "gcommit.c", "gcround.c", "gcsyncer.c", "getmany.c", "fasttable.c", "batchgate.c", "batchneed.c"]
 
 CALLBACKS = """
 extern "Python+C" int ps_py_read_page(void *handle, uint64_t page_id, uint8_t *buf);

@@ -27,9 +27,9 @@ from pagestore.diskio import PosixFS
 from . import faults
 from .errors import Error, NotAStoreError, SnapshotTooOldError
 
-__all__ = ["BackupMixin", "backup", "copy_pairs", "outran", "remove_tree"]
+__all__ = ["BackupMixin", "backup", "batch_bytes", "copy_pairs", "outran", "remove_tree"]
 
-BATCH_BYTES = 1 << 20       # one put_many of the copy: small next to any page memory
+BATCH_BYTES = 1 << 20       # one put_many of the copy, at most (batch_bytes)
 
 
 class BackupMixin:
@@ -50,20 +50,29 @@ class BackupMixin:
             return backup(self, dest)
 
 
+def batch_bytes(config) -> int:
+    """The bytes of one put_many of a copy into a store of options `config`:
+    1 MiB, or an eighth of its page memory when that is less (a batch must
+    fit in page memory, whose pages it holds until it commits)."""
+    return min(BATCH_BYTES, config.memory_size // 8)
+
+
 def copy_pairs(pairs, target) -> tuple[int, int]:
-    """put_many every (key, value) of `pairs` into `target` in batches; (keys, bytes)."""
+    """put_many every (key, value) of `pairs`, in key order, into `target` in
+    batches that fit its page memory (`batch_bytes`); (keys, bytes)."""
     keys = size = 0
-    batch, batch_bytes = [], 0
+    most = batch_bytes(target.config)
+    batch, batch_bytes_now = [], 0
     for k, v in pairs:
         batch.append((k, v))
-        batch_bytes += len(k) + len(v)
-        if batch_bytes >= BATCH_BYTES:
+        batch_bytes_now += len(k) + len(v)
+        if batch_bytes_now >= most:
             target.put_many(batch)
-            keys, size = keys + len(batch), size + batch_bytes
-            batch, batch_bytes = [], 0
+            keys, size = keys + len(batch), size + batch_bytes_now
+            batch, batch_bytes_now = [], 0
     if batch:
         target.put_many(batch)
-        keys, size = keys + len(batch), size + batch_bytes
+        keys, size = keys + len(batch), size + batch_bytes_now
     return keys, size
 
 

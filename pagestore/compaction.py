@@ -10,7 +10,10 @@ densely, and puts that page file in place of the old one:
      checkpoint makes pages.dat hold every write so far, with nothing left
      to replay in the WAL -- and reopened to bring the copy up to date with
      the writes made during step 1 (both walked in key order; only the
-     differences are written); both are closed, so the copy is durable;
+     differences are written, in pieces that fit the copy's page memory:
+     nobody reads the copy before it is closed, so they need not be one
+     atomic batch, however busy the store was); both are closed, so the
+     copy is durable;
   3. the copy's page file is renamed over pages.dat (one atomic rename) and
      the store directory fsynced; compact.tmp/ is removed;
   4. the store is opened again on the new page file and the waiting calls
@@ -19,11 +22,12 @@ densely, and puts that page file in place of the old one:
      the log holds nothing past it, so recovery accepts either.
 
 A crash anywhere leaves a store that opens with every acknowledged write:
-before the rename, the old page file with compact.tmp/ beside it (ignored,
-and removed by the next compact); after it, the old or the new page file
-(both whole as of the same checkpoint) until the directory is durable,
-then the new one. Crash points: "compact.copy_durable" (step 2 done, nothing
-renamed) and "compact.page_file_renamed" (renamed, directory not fsynced).
+before the rename (a copy caught up in part included), the old page file
+with compact.tmp/ beside it (ignored, and removed by the next compact);
+after it, the old or the new page file (both whole as of the same
+checkpoint) until the directory is durable, then the new one. Crash
+points: "compact.copy_durable" (step 2 done, nothing renamed) and
+"compact.page_file_renamed" (renamed, directory not fsynced).
 
 Calls and the swap, one rule (`CompactMixin._on_engine`): a call made while
 paused waits for the swap to end; a call that took the store's engine
@@ -48,8 +52,9 @@ import time
 
 from pagestore.diskio import PosixFS, layout
 
-from .backup import copy_config, copy_pairs, outran, remove_tree
-from .errors import SnapshotTooOldError
+from . import _native
+from .backup import batch_bytes, copy_config, copy_pairs, outran, remove_tree
+from .errors import SnapshotTooOldError, TransactionTooLargeError
 from .snapshot import first_batch
 
 __all__ = ["CompactMixin", "on_swap", "space"]
@@ -185,24 +190,61 @@ def on_swap(db, listener) -> None:
 
 def _catch_up(source, target) -> int:
     """Make `target` hold exactly `source`'s pairs; returns how many changed."""
-    puts, deletes = [], []
+    ops = []
     src, dst = iter(source.scan()), iter(target.scan())
     a, b = next(src, None), next(dst, None)
     while a is not None or b is not None:
         if b is None or (a is not None and a[0] < b[0]):
-            puts.append(a)
+            ops.append((_native.OP_PUT, a[0], a[1]))
             a = next(src, None)
         elif a is None or b[0] < a[0]:
-            deletes.append(b[0])
+            ops.append((_native.OP_DELETE, b[0], b""))
             b = next(dst, None)
         else:
             if a[1] != b[1]:
-                puts.append(a)
+                ops.append((_native.OP_PUT, a[0], a[1]))
             a, b = next(src, None), next(dst, None)
-    copy_pairs(puts, target)
-    for k in deletes:
-        target.delete(k)
-    return len(puts) + len(deletes)
+    for piece in _pieces(ops, target.config):
+        _apply(target, piece)
+    return len(ops)
+
+
+def _pieces(ops, config):
+    """`ops` cut into batches that fit the copy's page memory. The writes made
+    while the store was copied fall anywhere in its key space, so each may
+    change a leaf of its own (and split it): a batch holds at most an eighth
+    of page memory's pages in writes, and no more bytes than a batch of the
+    copy (backup.py `batch_bytes`)."""
+    most = max(1, config.memory_size // config.page_size // 8)
+    most_bytes = batch_bytes(config)
+    piece, size = [], 0
+    for op in ops:
+        n = len(op[1]) + len(op[2])
+        if piece and (len(piece) >= most or size + n > most_bytes):
+            yield piece
+            piece, size = [], 0
+        piece.append(op)
+        size += n
+    if piece:
+        yield piece
+
+
+def _apply(target, piece) -> None:
+    """Apply `piece` to the copy as one transaction; should it not fit after all
+    (one that failed leaves no trace), in two halves, down to single writes."""
+    try:
+        with target.transaction() as tx:
+            for op, key, value in piece:
+                if op == _native.OP_PUT:
+                    tx.put(key, value)
+                else:
+                    tx.delete(key)
+    except TransactionTooLargeError:
+        if len(piece) == 1:
+            raise
+        half = len(piece) // 2
+        _apply(target, piece[:half])
+        _apply(target, piece[half:])
 
 
 def _rewrite(db) -> dict:

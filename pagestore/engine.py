@@ -217,9 +217,17 @@ class Engine(RecoveringStoreMixin):
         and again after its rollback, so a page another writer dirtied in
         between keeps the retries going; in "wal" mode a rollback leaves the
         pages it logged dirty, so there the second such failure ends it.
+
+        Beside other writers page memory is seldom all clean, so a write also
+        fails at once when it has proven it needs more pages at once than
+        page memory has slots (`Retry.need`, a lower bound the core takes
+        from the pages it held and the leaves its remaining writes change:
+        csrc/batchneed.c): no checkpoint can make that room.
         """
         roomy_failures = 0
         for _ in range(1000):
+            if not read and self._never_fits(r):
+                break
             self.throttle.make_room(r)
             roomy = self.all_clean()
             try:
@@ -234,6 +242,10 @@ class Engine(RecoveringStoreMixin):
             raise Error(f"{self.path}: no page memory freed up to read into ({r})") from r
         # a single put too large for page memory is a transaction too large too
         raise too_large(self.path, self.signals, self.config, self.core.page_size, r) from r
+
+    def _never_fits(self, r) -> bool:
+        """The write rolled back as `r` needs more pages at once than page memory has."""
+        return r.code == _native.PS_E_NOMEM and r.need > int(self.signals.slots_total)
 
     def all_clean(self) -> bool:
         """No dirty page and none held by a checkpoint: all of page memory is evictable."""

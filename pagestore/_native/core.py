@@ -106,7 +106,8 @@ class Core(CheckpointHooks, SnapshotHooks):
         if exc is not None:
             raise exc
         if rc in (PS_E_NOMEM, PS_E_CKPT_FULL, PS_E_WAL_FULL):
-            raise Retry(rc, lib.ps_blocked_page(self._c) if rc == PS_E_CKPT_FULL else 0)
+            raise Retry(rc, lib.ps_blocked_page(self._c) if rc == PS_E_CKPT_FULL else 0,
+                        lib.ps_rollback_need() if rc == PS_E_NOMEM else 0)
         msg = ffi.string(lib.ps_errmsg(self._c)).decode("utf-8", "replace")
         if rc == PS_E_CORRUPT:
             e = _errors.CorruptionError(msg or "page failed its checks")

@@ -281,6 +281,47 @@ static int descend(ps_core *c, const uint8_t *key, size_t klen, path_t *pa, int 
     }
 }
 
+/* Where a put of (key, vlen bytes) would land now, found through resident
+ * pages only (no load, no pin, nothing changed; batchneed.c).  Returns 1 with
+ * t->leaf, the leaf whose key range holds key, and t->resident; for a resident
+ * leaf also t->owned (the running operation changed or created it), t->used
+ * (bytes its cells and slots take), t->grow (bytes the put adds to it: its
+ * cell and slot, less the cell it replaces) and t->old_vlen (the length of
+ * the value it replaces when that sits in overflow pages, which it frees).  Returns 0 when a page above the
+ * leaf is not in memory (or fails its checks), with t->grow the least the put
+ * can add wherever it lands. */
+int bt_put_target(ps_core *c, const uint8_t *key, size_t klen, size_t vlen, bt_target *t) {
+    path_t pa;
+    int h = (int)c->meta.height, rc = descend(c, key, klen, &pa, 0, 0);
+    int ovf = LEAF_CELL_HDR + klen + vlen > c->leaf_inline_max;
+    int64_t sz = LEAF_CELL_HDR + (int64_t)klen + (ovf ? 8 : (int64_t)vlen) + SLOT_SZ;
+    memset(t, 0, sizeof *t);
+    if (rc == PS_RETRY && pa.miss_lvl == h - 1) {     /* not resident: not changed either */
+        t->leaf = pa.miss;
+        return 1;
+    }
+    if (rc) {
+        int64_t most = (int64_t)c->max_cell + SLOT_SZ;     /* replacing the largest cell */
+        t->grow = sz < most ? sz - most : 0;
+        return 0;
+    }
+    const slot_t *sl = &c->slots[pa.slot[h - 1]];
+    const uint8_t *p = slot_page(c, pa.slot[h - 1]);
+    t->leaf = sl->page_id;
+    t->resident = 1;
+    t->owned = sl->undo_epoch == c->op_epoch;
+    t->used = (int64_t)(c->usable - LEAF_SLOTS) - (rd16(p + H_FREEHI) - rd16(p + H_FREELO)) -
+              rd16(p + N_GARBAGE);
+    int found, idx = node_lb(p, 0, key, klen, &found);
+    t->grow = sz;
+    if (found) {
+        const uint8_t *cell = p + cell_off(p, 0, idx);
+        t->grow -= (int64_t)cell_size(cell, 0) + SLOT_SZ;
+        if (rd16(cell) & KLEN_OVF) t->old_vlen = rd32(cell + 2);
+    }
+    return 1;
+}
+
 static int node_insert(ps_core *c, path_t *pa, int lvl, int idx, const uint8_t *cell,
                        uint32_t sz);
 

@@ -312,6 +312,8 @@ int64_t ps_put(ps_core *c, const char *key, size_t klen, const char *val, size_t
         size_t cap = c->usable - O_DATA;
         uint64_t whole = vlen > c->leaf_inline_max ? (vlen + cap - 1) / cap + c->meta.height + 2 : 0;
         if (whole > c->sig.rollback_pages) c->sig.rollback_pages = whole;
+        uint64_t chain = rc == PS_E_NOMEM && whole ? put_need(c, vlen) : 0;
+        if (chain > ps_rollback_need()) rollback_need_note(chain);
     } else {
         op_commit(c);
     }
@@ -394,7 +396,9 @@ int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid,
     c->gate_waited = 0;
     int logged = 0;
     uint32_t done = 0;
+    size_t at = 0;                              /* the write being applied */
     for (size_t off = 0; off < len;) {
+        at = off;
         uint8_t op = b[off];
         uint32_t kl = rd32(b + off + 1), vl = rd32(b + off + 5);
         const char *k = ops + off + 9, *v = k + kl;
@@ -429,7 +433,10 @@ int64_t core_apply_batch(ps_core *c, const char *ops, size_t len, uint64_t txid,
         rc = wal_append(c, PS_REC_COMMIT, parts, 1, NULL, &end);
     }
     if (rc) {
+        /* before the rollback: the pages it holds and the leaves left to change */
+        uint64_t need = rc == PS_E_NOMEM ? batch_need(c, b, len, at) : 0;
         op_rollback(c);
+        if (need) rollback_need_note(need);
         c->sig.rollback_ops = nops;
         c->sig.rollback_ops_done = done;
         if (logged) {

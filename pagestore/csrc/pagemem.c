@@ -265,6 +265,7 @@ int64_t page_new(ps_core *c, uint16_t type, uint64_t *id_out) {
 
 /* Return page `id` to the freelist. */
 int page_free(ps_core *c, uint64_t id) {
+    c->op_frees++;
     if (c->meta.free_head != 0) {
         int64_t hs = page_fetch(c, c->meta.free_head, 1);
         if (hs < 0) return (int)hs;
@@ -296,6 +297,7 @@ int page_free(ps_core *c, uint64_t id) {
 void op_begin(ps_core *c, int guarded) {
     c->guarded = guarded;
     c->phys_logged = 0;
+    c->op_frees = 0;
     if (guarded) {
         c->op_epoch++;
         c->nundo = 0;
@@ -325,6 +327,7 @@ void op_rollback(ps_core *c) {
     c->sig.rollback_pages = c->nundo;
     c->sig.rollback_ops = 1;
     c->sig.rollback_ops_done = 0;
+    rollback_need_note(c->nundo + 1);    /* a batch sets its own bound after this */
     while (c->nundo) {
         undo_t *u = &c->undo[--c->nundo];
         slot_t *sl = &c->slots[u->slot];

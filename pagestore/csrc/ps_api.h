@@ -286,6 +286,10 @@ ps_signals *ps_get_signals(ps_core *c);
  * failure, of any thread: read them right after the failing call). */
 uint64_t ps_bad_page(ps_core *c);
 uint64_t ps_blocked_page(ps_core *c);
+/* LOCK none.  For the calling thread's last write that failed with PS_E_NOMEM
+ * (rolled back): pages it has proven it needs in page memory at once, a lower
+ * bound (batchneed.c).  More than slots_total: it can never fit. */
+uint64_t ps_rollback_need(void);
 const char *ps_errmsg(ps_core *c);
 /* LOCK none.  The effective key limit and the largest inline value for an
  * empty key, fixed by page size and reserve at ps_create. */

@@ -190,6 +190,7 @@ struct ps_core {
     /* operation state (write lock) */
     int guarded;
     uint64_t op_epoch;
+    uint64_t op_frees;      /* pages the operation returned to the freelist */
     undo_t *undo;
     size_t nundo, undo_cap;
     uint8_t *undo_img;
@@ -312,6 +313,11 @@ static inline void core_rdlock_raw(ps_core *c) {
 void gate_wait(ps_core *c);
 void batch_turn(ps_core *c, uint64_t done);
 void batch_gate_open(ps_core *c);
+
+/* batchneed.c */
+void rollback_need_note(uint64_t pages);
+uint64_t batch_need(ps_core *c, const uint8_t *b, size_t len, size_t from);
+uint64_t put_need(const ps_core *c, size_t vlen);
 
 /* The core lock for everything but the checkpoint's copy and release calls:
  * held, and no batch open that let the checkpoint in (batchgate.c).
@@ -487,6 +493,8 @@ int64_t bt_scan(ps_core *c, const uint8_t *lo, size_t lolen, int has_lo, int lo_
                 const uint8_t *hi, size_t hilen, int has_hi, int hi_incl, int reverse,
                 size_t max_bytes, uint8_t *out, size_t cap, size_t *out_len, int may_load);
 int bt_verify(ps_core *c, ps_verify_info *info);
+typedef struct bt_target { uint64_t leaf; int resident, owned; int64_t used, grow; uint32_t old_vlen; } bt_target;
+int bt_put_target(ps_core *c, const uint8_t *key, size_t klen, size_t vlen, bt_target *t);
 void leaf_init(ps_core *c, uint8_t *p);
 
 /* mvcc.c: snapshots and validated commits.  The write paths call mv_capture
