@@ -22,7 +22,8 @@ def _mib(n: int) -> str:
 def too_large(path, signals, config, page_size: int, cause) -> TransactionTooLargeError:
     """The error for a write the core rolled back for good: it names the pages
     the write needs (at least those it had when it failed; for a batch cut
-    short, an estimate for all of it at the rate of its first writes), the
+    short, an estimate for all of it at the rate of its first writes, or the
+    pages the core proved it needs at once, `cause.need`, when more), the
     page memory and checkpoint buffer the store has, and the options to raise.
     Its attributes `pages_needed`, `memory_pages` and `buffer_pages` hold
     the same figures."""
@@ -37,6 +38,12 @@ def too_large(path, signals, config, page_size: int, cause) -> TransactionTooLar
         needed = max(needed, -(-had * ops // done))
         need += (f": it had changed {had:,} after {done:,} of its {ops:,} writes, so all of"
                  f" them need up to about {needed:,} pages ({_mib(needed * page_size)})")
+    proven = int(getattr(cause, "need", 0) or 0)      # the core's lower bound (Retry.need)
+    if proven > needed:       # the writes it had not made yet showed more than the estimate
+        needed = proven
+        need = (f"it needs at least {proven:,} pages at once ({_mib(proven * page_size)}; it had"
+                f" changed {had:,} when it stopped" + (f", after {done:,} of its {ops:,} writes)"
+                                                      if ops > 1 else ")"))
     want = -(-needed * 5 // 4) * page_size            # room for the tree's other pages too
     fix = f"open the store with memory_size of at least {_mib(want)}"
     if ops > 1 and done > 1:

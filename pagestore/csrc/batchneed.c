@@ -27,7 +27,9 @@
  * New pages may reuse freed ones it already holds: the pages it freed so
  * far, overflow chains its puts will free, freelist pages it took, and the
  * pages of the failed write's own split (the tree above it half-updated):
- * all taken off the new pages.  Leaves reached only through pages not in
+ * all taken off the new pages.  A write that failed after a split rewrote
+ * its page but before the new half was linked (split_open) leaves keys that
+ * no descent finds: then only H + 1 is claimed.  Leaves reached only through pages not in
  * memory are not counted, and their keys count as shrinking the cells they
  * replace as much as any cell can.  What remains is a lower bound.  A single
  * put of a value in overflow pages has its own: the pages of its new chain
@@ -87,6 +89,9 @@ static int first_sight(uint8_t *seen, uint64_t pages, uint64_t id) {
  * (sorted), so a rollback costs little more than its batch took. */
 uint64_t batch_need(ps_core *c, const uint8_t *b, size_t len, size_t from) {
     uint64_t held = c->nundo, pages = c->meta.page_count;
+    /* failed inside a split: the keys of its unlinked right half would be
+     * found nowhere and counted as new cells again; H + 1 is all it proved */
+    if (c->split_open) return held + 1;
     size_t n = 0, map = pages / 8 + 1;
     for (size_t off = from; off < len && b[off] == 1; off += 9 + (size_t)rd32(b + off + 1) + rd32(b + off + 5))
         n++;

@@ -374,6 +374,9 @@ static int node_split(ps_core *c, path_t *pa, int lvl, int idx, const uint8_t *c
     if (rs < 0) return (int)rs;
     uint8_t *r = slot_page(c, (uint32_t)rs);
     if (!inner) leaf_init(c, r);
+    /* from here until the separator is in place the right half is reachable
+     * from no page: a failure in between leaves a tree batch_need must not walk */
+    c->split_open = 1;
     node_reset(c, p, inner, inner ? rd64(old + INNER_CHILD0) : 0);
     for (int i = 0; i < k; i++) node_put(p, inner, i, cp[i], cs[i]);
     int start = inner ? k + 1 : k;
@@ -537,7 +540,9 @@ int bt_put(ps_core *c, const uint8_t *key, size_t klen, const uint8_t *val, size
     if (rc) return rc;
     if (found) node_remove(p, 0, idx);
     else c->meta.key_count++;
+    c->split_open = 0;
     rc = node_insert(c, &pa, lvl, idx, cell, sz);
+    if (rc == 0) c->split_open = 0;
     if (rc) return rc;
     if (old_ovf) rc = ovf_free(c, old_first);
     return rc;

@@ -298,6 +298,7 @@ void op_begin(ps_core *c, int guarded) {
     c->guarded = guarded;
     c->phys_logged = 0;
     c->op_frees = 0;
+    c->split_open = 0;
     if (guarded) {
         c->op_epoch++;
         c->nundo = 0;

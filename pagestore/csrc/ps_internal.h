@@ -191,6 +191,7 @@ struct ps_core {
     int guarded;
     uint64_t op_epoch;
     uint64_t op_frees;      /* pages the operation returned to the freelist */
+    int split_open;          /* a split began rewriting pages and has not linked its new page yet */
     undo_t *undo;
     size_t nundo, undo_cap;
     uint8_t *undo_img;

@@ -54,3 +54,31 @@ def test_a_single_put_too_large_names_what_it_needs(tmp_path):
             db.put(b"big", os.urandom(4 * MiB))
     assert info.value.pages_needed > info.value.memory_pages == 64
     assert "it needs more than" in str(info.value)
+
+
+def test_a_batch_refused_beside_other_writers_names_at_least_the_pages_it_proved_it_needs(tmp_path):
+    # Another writer's dirty pages make the batch fail early, having changed
+    # few pages; it is refused at once because the core proved it needs more
+    # than page memory (Retry.need), and the error must say that figure, not
+    # the few pages it had when it stopped.
+    rnd = __import__("random").Random(1)
+    keys = sorted(rnd.randbytes(16) for _ in range(50_000))
+    other = sorted(b"\xff" + rnd.randbytes(15) for _ in range(6_000))
+    with pagestore.open(tmp_path, memory_size=64 * MiB, page_size=16384) as db:
+        for i in range(0, len(keys), 2_000):
+            db.put_many((k, b"v" * 100) for k in keys[i:i + 2_000])
+        db.put_many((k, b"v" * 20) for k in other)
+    with pagestore.open(tmp_path, memory_size=4 * MiB, page_size=16384, checkpoint_interval=3600,
+                        checkpoint_dirty_fraction=0.95) as db:
+        for k in other[::3]:
+            if db.stats()["dirty_pages"] >= 60:
+                break
+            db.put(k, b"o" * 20)
+        with pytest.raises(pagestore.TransactionTooLargeError) as info:
+            db.put_many([(b"hot", b"h" * 100)] * 300_000 + [(k, b"w" * 100) for k in keys])
+    err = info.value
+    proven = err.__cause__.need
+    assert proven > err.memory_pages
+    assert err.pages_needed == proven and f"at least {proven:,} pages at once" in str(err)
+    want = float(re.search(r"memory_size of at least ([\d.]+) MiB", str(err)).group(1))
+    assert want * MiB >= proven * 16384
