@@ -27,9 +27,11 @@ from pagestore.diskio import PosixFS
 from . import faults
 from .errors import Error, NotAStoreError, SnapshotTooOldError
 
-__all__ = ["BackupMixin", "backup", "batch_bytes", "copy_pairs", "outran", "remove_tree"]
+__all__ = ["PAIR_BYTES", "BackupMixin", "backup", "batch_bytes", "copy_pairs", "outran", "remove_tree"]
 
 BATCH_BYTES = 1 << 20       # one put_many of the copy, at most (batch_bytes)
+PAIR_BYTES = 16             # a pair's cell header and slot in its leaf, with slack: what a
+                            # batch is charged for a pair beside its key and value bytes
 
 
 class BackupMixin:
@@ -65,7 +67,7 @@ def copy_pairs(pairs, target) -> tuple[int, int]:
     batch, batch_bytes_now = [], 0
     for k, v in pairs:
         batch.append((k, v))
-        batch_bytes_now += len(k) + len(v)
+        batch_bytes_now += len(k) + len(v) + PAIR_BYTES
         if batch_bytes_now >= most:
             target.put_many(batch)
             keys, size = keys + len(batch), size + batch_bytes_now

@@ -53,7 +53,7 @@ import time
 from pagestore.diskio import PosixFS, layout
 
 from . import _native
-from .backup import batch_bytes, copy_config, copy_pairs, outran, remove_tree
+from .backup import PAIR_BYTES, batch_bytes, copy_config, copy_pairs, outran, remove_tree
 from .errors import SnapshotTooOldError, TransactionTooLargeError
 from .snapshot import first_batch
 
@@ -219,7 +219,7 @@ def _pieces(ops, config):
     most_bytes = batch_bytes(config)
     piece, size = [], 0
     for op in ops:
-        n = len(op[1]) + len(op[2])
+        n = len(op[1]) + len(op[2]) + PAIR_BYTES
         if piece and (len(piece) >= most or size + n > most_bytes):
             yield piece
             piece, size = [], 0

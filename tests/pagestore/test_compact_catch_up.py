@@ -82,6 +82,21 @@ def test_a_store_with_the_smallest_page_memory_can_be_backed_up_and_compacted(tm
         assert len(copy) == 20_000 and copy.verify()["keys"] == 20_000
 
 
+def test_a_store_of_tiny_pairs_in_the_smallest_page_memory_can_be_backed_up_and_compacted(tmp_path):
+    # a pair's cell header and slot outweigh a 2-byte key and an empty value:
+    # batches charged only for key and value bytes did not fit 64 1 KiB pages
+    small = dict(page_size=1024, memory_size=64 * 1024, wal_segment_size=1 << 20)
+    keys = [i.to_bytes(2, "big") for i in range(60_000)]
+    with pagestore.open(tmp_path / "s", **small) as db:
+        for i in range(0, len(keys), 100):
+            db.put_many((k, b"") for k in keys[i:i + 100])
+        assert db.backup(tmp_path / "bk")["keys"] == 60_000
+        db.compact()
+        assert len(db) == 60_000
+    with pagestore.open(tmp_path / "bk", **small) as copy:
+        assert len(copy) == 60_000
+
+
 # -- a crash while the copy catches up (the crash simulator) ------------------------------------
 # 1 MiB of page memory: the catch-up below takes several pieces
 SIM_OPTS = dict(memory_size=1 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600)
