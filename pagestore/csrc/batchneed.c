@@ -112,7 +112,12 @@ uint64_t batch_need(ps_core *c, const uint8_t *b, size_t len, size_t from) {
         w[i].klen = kl;
         w[i].off = off;
         w[i].known = bt_put_target(c, w[i].key, kl, vl, &w[i].t);
-        if (w[i].known && !t->owned && first_sight(seen, pages, t->leaf)) unchanged++;
+        if (w[i].known && !t->owned && first_sight(seen, pages, t->leaf) &&
+            held + ++unchanged > c->nslots) {  /* proven already: the rest cannot lower it */
+            free(w);
+            free(seen);
+            return held + unchanged;
+        }
         if (w[i].known && t->resident && first_sight(seen + map, pages, t->leaf)) {
             resident++;
             most += t->used;
