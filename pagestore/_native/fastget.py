@@ -38,7 +38,6 @@ def reader(core) -> "_fastget.Reader":
     return _fastget.Reader(_TABLE, int(ffi.cast("uintptr_t", pointer)), pointer)
 
 
-
 def get_method(func, open_states: tuple) -> "_fastget.GetMethod":
     """`func` (a store class's Python `get(self, key, default=None)`) as a
     method served in C: called with (store, key[, default]) while
