@@ -43,6 +43,29 @@ def copy_all(core, ids):
     return {pid: bytes(out[i * PS:(i + 1) * PS]) for i, pid in enumerate(ids)}
 
 
+def clean_core(n, seed, memory_pages, buffer_pages):
+    """A core (no WAL) of `n` random 16-byte keys with 100-byte values, all
+    resident and checkpointed clean, whose Disk holds their page images (so
+    it can read back what a rollback drops): (core, keys, disk)."""
+    import random
+
+    from pagestore._native.batches import pack_ops
+    disk = Disk()
+    core = _native.Core(PS, memory_pages * PS, buffer_pages * PS, 0, read_page=disk.read_page)
+    core.wal_disable()
+    core.format_new()
+    rnd = random.Random(seed)
+    keys = [rnd.randbytes(16) for _ in range(n)]
+    for i in range(0, n, 500):
+        core.apply_batch(pack_ops((1, k, b"v" * 100) for k in keys[i:i + 500]))
+    ids, _ = core.ckpt_begin(1)
+    disk.pages.update(copy_all(core, ids))
+    core.ckpt_release(ids)
+    core.ckpt_end()
+    assert core.signals.dirty_pages == 0
+    return core, keys, disk
+
+
 def load_tree(pages, memory=1024 * PS):
     """A fresh core over the given disk images: the checkpoint's consistent state."""
     c = _native.Core(PS, memory, 64 * PS, 0, read_page=Disk(pages).read_page)

@@ -14,22 +14,11 @@ from pagestore import _native
 from pagestore._native.batches import pack_ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import PS, Disk, copy_all  # noqa: E402
+from native_kit import PS, clean_core  # noqa: E402
 
 
 def _two_level_store(n, seed):
-    disk = Disk()
-    core = _native.Core(PS, 16384 * PS, 4096 * PS, 0, read_page=disk.read_page)
-    core.wal_disable()
-    core.format_new()
-    rnd = random.Random(seed)
-    keys = [rnd.randbytes(16) for _ in range(n)]
-    for i in range(0, n, 500):
-        core.apply_batch(pack_ops((1, k, b"v" * 100) for k in keys[i:i + 500]))
-    ids, _ = core.ckpt_begin(1)
-    disk.pages.update(copy_all(core, ids))
-    core.ckpt_release(ids)
-    core.ckpt_end()
+    core, keys, disk = clean_core(n, seed, 16384, 4096)
     assert core.height() == 2
     return core, sorted(keys), disk
 

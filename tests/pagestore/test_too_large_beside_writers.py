@@ -24,7 +24,7 @@ from pagestore.database import engine_of
 from pagestore.throttle import room_needed
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from native_kit import PS, Disk, copy_all, load_tree  # noqa: E402
+from native_kit import PS, clean_core, load_tree  # noqa: E402
 
 # 8 MiB of page memory: 2,048 pages
 SMALL = dict(memory_size=8 << 20, wal_segment_size=1 << 20, checkpoint_interval=3600)
@@ -129,19 +129,7 @@ def test_a_transaction_that_can_never_fit_fails_at_its_first_rollback_beside_ano
 def _clean_core(n, seed):
     """A core of `n` random keys, all resident and clean (checkpointed), able to
     read back the pages a rollback drops; and its page images."""
-    disk = Disk()
-    core = _native.Core(PS, 8192 * PS, 2048 * PS, 0, read_page=disk.read_page)
-    core.wal_disable()
-    core.format_new()
-    rnd = random.Random(seed)
-    keys = [rnd.randbytes(16) for _ in range(n)]
-    for i in range(0, n, 500):
-        core.apply_batch(pack_ops((1, k, b"v" * 100) for k in keys[i:i + 500]))
-    ids, _ = core.ckpt_begin(1)
-    disk.pages.update(copy_all(core, ids))
-    core.ckpt_release(ids)
-    core.ckpt_end()
-    assert core.signals.dirty_pages == 0
+    core, keys, disk = clean_core(n, seed, 8192, 2048)
     return core, keys, disk.pages
 
 
