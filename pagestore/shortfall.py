@@ -15,6 +15,18 @@ from .errors import TransactionTooLargeError
 MiB = 1 << 20
 
 
+def room_needed(signals) -> int:
+    """Pages the write the core just rolled back needs, estimated from how far
+    it got: `rollback_pages` after `rollback_ops_done` of `rollback_ops` writes,
+    scaled to all of them (a batch of random keys touches fewer new pages per
+    write as it grows, so this errs high), plus the one it failed to get."""
+    had = int(signals.rollback_pages)
+    ops, done = int(signals.rollback_ops), int(signals.rollback_ops_done)
+    if ops > 1 and 0 < done < ops:
+        had = -(-had * ops // done)
+    return had + 1
+
+
 def _mib(n: int) -> str:
     return f"{n / MiB:,.1f} MiB"
 
@@ -30,12 +42,9 @@ def too_large(path, signals, config, page_size: int, cause) -> TransactionTooLar
     had = int(signals.rollback_pages)
     ops, done = int(signals.rollback_ops), int(signals.rollback_ops_done)
     memory_pages, buffer_pages = int(signals.slots_total), int(signals.cow_capacity)
-    needed = had + 1
+    needed = room_needed(signals)
     need = f"it needs more than {had:,} pages ({_mib(had * page_size)})"
     if ops > 1 and 0 < done < ops:
-        # a batch of random keys touches fewer new pages per write as it
-        # grows, so the linear estimate is an upper bound
-        needed = max(needed, -(-had * ops // done))
         need += (f": it had changed {had:,} after {done:,} of its {ops:,} writes, so all of"
                  f" them need up to about {needed:,} pages ({_mib(needed * page_size)})")
     proven = int(getattr(cause, "need", 0) or 0)      # the core's lower bound (Retry.need)

@@ -19,6 +19,7 @@ from pagestore.throttling.trigger import DirtyTrigger
 
 from . import _native
 from .errors import ClosedError
+from .shortfall import room_needed
 
 _monotonic = time.monotonic
 
@@ -31,17 +32,6 @@ def evictable(s) -> int:
     """Page-memory slots a write could take now: free or clean (a page both in
     the running checkpoint and dirtied again counts twice, so this errs low)."""
     return int(s.slots_total) - int(s.dirty_pages) - int(s.ckpt_pages)
-
-
-def room_needed(s) -> int:
-    """Slots the write the core just rolled back needs, estimated from how far
-    it got (`rollback_pages` after `rollback_ops_done` of `rollback_ops`
-    writes)."""
-    had = int(s.rollback_pages)
-    ops, done = int(s.rollback_ops), int(s.rollback_ops_done)
-    if ops > 1 and 0 < done < ops:
-        had = -(-had * ops // done)
-    return had + 1
 
 
 class Throttle:
